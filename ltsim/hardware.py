@@ -1,0 +1,82 @@
+"""Device and cluster specs: memory, peak throughput, links, node topology, and their presets.
+
+Peak numbers are the vendors' dense BF16 datasheet values; link bandwidths are per-direction
+nominal values. Measured behaviour lives in the profile tables, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ltsim.errors import ConfigError
+from ltsim.units import GB, GiB, TFLOPS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSpec:
+    """One accelerator."""
+
+    name: str
+    memory_bytes: int
+    peak_flops_per_s: float  # dense bf16 (fp32 for cpu)
+    hbm_bytes_per_s: float
+    intra_link_bytes_per_s: float  # per GPU, one direction (NVLink)
+    inter_link_bytes_per_s: float  # per GPU, one direction (NIC)
+    profile: str  # default profile directory, relative to the repository's profiles/
+    is_unit: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """Nodes of identical devices."""
+
+    device: DeviceSpec
+    num_nodes: int = 1
+    gpus_per_node: int = 8
+    memory_limit_bytes: int | None = None  # defaults to the device memory
+    profile: str = ""  # overrides device.profile when set
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def limit_bytes(self) -> int:
+        return self.memory_limit_bytes if self.memory_limit_bytes is not None else self.device.memory_bytes
+
+    @property
+    def profile_dir(self) -> str:
+        return self.profile or self.device.profile
+
+
+# H100 SXM5: 989 TFLOP/s dense bf16, 3.35 TB/s HBM3, NVLink4 450 GB/s per direction, 400 Gb/s NIC.
+# A100 SXM4: 312 TFLOP/s, 2.04 TB/s, NVLink3 300 GB/s per direction, 200 Gb/s NIC.
+# H200: H100 compute with 141 GB HBM3e at 4.8 TB/s.
+PRESETS: dict[str, DeviceSpec] = {
+    "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
+                                 peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
+                                 intra_link_bytes_per_s=300 * GB, inter_link_bytes_per_s=25 * GB,
+                                 profile="a100-sxm4-80gb"),
+    "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", memory_bytes=80 * GiB,
+                                 peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
+                                 intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
+                                 profile="h100-sxm5-80gb"),
+    "h200": DeviceSpec(name="h200", memory_bytes=141 * GB, peak_flops_per_s=989 * TFLOPS,
+                       hbm_bytes_per_s=4.8e12, intra_link_bytes_per_s=450 * GB,
+                       inter_link_bytes_per_s=50 * GB, profile="h200"),
+    "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.1 * TFLOPS,
+                      hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
+                      inter_link_bytes_per_s=1 * GB, profile="cpu-ci"),
+    # The seed papers' hand-drawn examples: forward = tokens seconds, backward = 2x, free comm,
+    # one byte of activation per token (DESIGN.md section 4).
+    "unit": DeviceSpec(name="unit", memory_bytes=2**62, peak_flops_per_s=0.0, hbm_bytes_per_s=0.0,
+                       intra_link_bytes_per_s=float("inf"), inter_link_bytes_per_s=float("inf"),
+                       profile="", is_unit=True),
+}
+
+
+def get_device(name: str, **overrides: object) -> DeviceSpec:
+    spec = PRESETS.get(name.lower())
+    if spec is None:
+        raise ConfigError("hardware.preset", f"one of {', '.join(sorted(PRESETS))}", name)
+    return replace(spec, **overrides) if overrides else spec

@@ -1,0 +1,1 @@
+"""The discrete-event simulator: SimPy engine, traces and metrics."""

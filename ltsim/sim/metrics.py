@@ -1,0 +1,109 @@
+"""Metrics: per-batch numbers from a Trace, and the Result aggregated over batches (DESIGN.md section 5).
+
+bubble ratio = 1 - (busy compute time summed over simulated devices) / (devices x makespan), with
+recompute counted as busy (ChunkFlow eq. 1 generalised); MFU = model training FLOPs (forward +
+backward, 3x forward, recompute excluded; see ltsim/model.py) / (iteration time x GPUs x peak).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ltsim.plan import COMPUTE_KINDS, Plan
+from ltsim.sim.trace import Trace
+
+_BUSY = {k.value for k in COMPUTE_KINDS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchMetrics:
+    iteration_time_s: float
+    busy_s: float
+    recompute_s: float
+    bubble_ratio: float
+    peak_memory_bytes_per_device: tuple[int, ...]
+    final_memory_bytes_per_device: tuple[int, ...]
+    static_memory_bytes_per_device: tuple[int, ...]
+    num_tokens: int
+    model_flops: float
+
+
+def batch_metrics(plan: Plan, trace: Trace, model_flops: float) -> BatchMetrics:
+    makespan = trace.makespan_s
+    busy = sum(e.end_s - e.start_s for e in trace.events if e.kind in _BUSY and e.stream == "compute")
+    recompute = sum(e.end_s - e.start_s for e in trace.events if e.kind == "R")
+    capacity = plan.num_devices * makespan
+    return BatchMetrics(
+        iteration_time_s=makespan, busy_s=busy, recompute_s=recompute,
+        bubble_ratio=1.0 - busy / capacity if capacity > 0 else 0.0,
+        peak_memory_bytes_per_device=tuple(trace.peak_memory_bytes()),
+        final_memory_bytes_per_device=tuple(trace.final_memory_bytes()),
+        static_memory_bytes_per_device=trace.static_bytes,
+        num_tokens=plan.num_tokens, model_flops=model_flops)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    """A scenario's prediction, aggregated over its simulated global batches."""
+
+    scenario: str
+    strategy: str
+    strategy_options: dict[str, Any]
+    batches: tuple[BatchMetrics, ...]
+    memory_limit_bytes: int
+    num_gpus: int
+    peak_flops_per_s: float
+    warnings: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def iteration_times_s(self) -> np.ndarray:
+        return np.array([b.iteration_time_s for b in self.batches])
+
+    @property
+    def peak_memory_bytes_per_device(self) -> list[int]:
+        per = np.array([b.peak_memory_bytes_per_device for b in self.batches])
+        return [int(x) for x in per.max(axis=0)]
+
+    @property
+    def fits(self) -> bool:
+        return max(self.peak_memory_bytes_per_device) <= self.memory_limit_bytes
+
+    @property
+    def fit_reason(self) -> str:
+        if self.fits:
+            return ""
+        peaks = self.peak_memory_bytes_per_device
+        worst = int(np.argmax(peaks))
+        return (f"device {worst} needs {peaks[worst] / 2**30:.1f} GiB, the limit is "
+                f"{self.memory_limit_bytes / 2**30:.1f} GiB")
+
+    def to_dict(self) -> dict[str, Any]:
+        times = self.iteration_times_s
+        total_time = float(times.sum())
+        tokens = sum(b.num_tokens for b in self.batches)
+        flops = sum(b.model_flops for b in self.batches)
+        busy = sum(b.busy_s for b in self.batches)
+        mfu = None
+        if self.peak_flops_per_s > 0 and flops > 0 and total_time > 0:
+            mfu = flops / (total_time * self.num_gpus * self.peak_flops_per_s)
+        peaks = self.peak_memory_bytes_per_device
+        return {
+            "scenario": self.scenario, "strategy": self.strategy,
+            "strategy_options": dict(self.strategy_options),
+            "num_batches": len(self.batches),
+            "iteration_time_s": float(times.mean()),
+            "iteration_time_s_p50": float(np.percentile(times, 50)),
+            "iteration_time_s_p95": float(np.percentile(times, 95)),
+            "bubble_ratio": float(np.mean([b.bubble_ratio for b in self.batches])),
+            "recompute_ratio": sum(b.recompute_s for b in self.batches) / busy if busy else 0.0,
+            "peak_memory_bytes": max(peaks), "peak_memory_bytes_per_device": peaks,
+            "memory_limit_bytes": self.memory_limit_bytes, "fits": self.fits,
+            "fit_reason": self.fit_reason,
+            "tokens_per_s": tokens / total_time if total_time > 0 else 0.0,
+            "mfu": mfu, "num_gpus": self.num_gpus,
+            "warnings": list(self.warnings), **self.extra,
+        }

@@ -1,0 +1,107 @@
+"""Trace: frozen event records per device stream, plus each device's memory timeline."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EVENT_COLUMNS = ("device", "stream", "token", "kind", "stage", "chunk", "start_s", "end_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    device: int
+    stream: str
+    token: str
+    kind: str
+    stage: int
+    chunk: int
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """What happened (simulated or measured) in one global batch.
+
+    ``memory`` holds (time_s, device, bytes) samples taken after every change; ``static_bytes`` the
+    per-device level before the first op. Memory is per GPU of the device.
+    """
+
+    events: tuple[Event, ...]
+    memory: tuple[tuple[float, int, int], ...]
+    static_bytes: tuple[int, ...]
+    source: str = "simulated"  # or "measured"
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.static_bytes)
+
+    @property
+    def makespan_s(self) -> float:
+        return max((e.end_s for e in self.events), default=0.0)
+
+    def peak_memory_bytes(self) -> list[int]:
+        peaks = list(self.static_bytes)
+        for _, device, level in self.memory:
+            if level > peaks[device]:
+                peaks[device] = level
+        return peaks
+
+    def final_memory_bytes(self) -> list[int]:
+        final = list(self.static_bytes)
+        for _, device, level in self.memory:
+            final[device] = level
+        return final
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame([[getattr(e, c) for c in EVENT_COLUMNS] for e in self.events],
+                            columns=list(EVENT_COLUMNS))
+
+    def memory_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        rows = [(0.0, d, b) for d, b in enumerate(self.static_bytes)] + list(self.memory)
+        return pd.DataFrame(rows, columns=["time_s", "device", "bytes"])
+
+    def to_chrome_trace(self, *, process_name: str = "ltsim") -> dict[str, Any]:
+        """Chrome trace-event JSON (opens in Perfetto / chrome://tracing). Times in microseconds.
+
+        One process per device, one thread per stream, and a memory counter track per device.
+        """
+        out: list[dict[str, Any]] = []
+        streams = {"compute": 0, "comm": 1}
+        for device in range(self.num_devices):
+            out.append({"ph": "M", "name": "process_name", "pid": device, "tid": 0,
+                        "args": {"name": f"{process_name} device {device}"}})
+            for stream, tid in streams.items():
+                out.append({"ph": "M", "name": "thread_name", "pid": device, "tid": tid,
+                            "args": {"name": stream}})
+        for e in self.events:
+            out.append({"ph": "X", "name": e.token, "cat": e.kind, "pid": e.device,
+                        "tid": streams.get(e.stream, 2), "ts": e.start_s * 1e6,
+                        "dur": (e.end_s - e.start_s) * 1e6,
+                        "args": {"stage": e.stage, "chunk": e.chunk}})
+        for device, level in enumerate(self.static_bytes):
+            out.append({"ph": "C", "name": "memory", "pid": device, "ts": 0.0,
+                        "args": {"GiB": level / 2**30}})
+        for time_s, device, level in self.memory:
+            out.append({"ph": "C", "name": "memory", "pid": device, "ts": time_s * 1e6,
+                        "args": {"GiB": level / 2**30}})
+        return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+    def write_chrome_trace(self, path: str | Path) -> Path:
+        out = Path(path)
+        out.write_text(json.dumps(self.to_chrome_trace()))
+        return out

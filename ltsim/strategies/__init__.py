@@ -1,0 +1,44 @@
+"""Strategy registry: plain dict, case-insensitive lookup that lists the valid names.
+
+A strategy is a module with ``NAME``, a frozen ``Options`` dataclass and
+``plan(batch, ctx, options) -> Plan``. It never talks to the engine or to torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+from ltsim.errors import ConfigError
+from ltsim.plan import Plan
+from ltsim.strategies import megatron_1f1b
+from ltsim.strategies.base import PlanContext, parse_options
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    name: str
+    options_type: type
+    plan_fn: Callable[[tuple[int, ...], PlanContext, Any], Plan]
+
+    def parse(self, raw: dict[str, Any]) -> Any:
+        return parse_options(self.options_type, raw, strategy=self.name)
+
+    def plan(self, batch: tuple[int, ...], ctx: PlanContext, options: Any) -> Plan:
+        return self.plan_fn(tuple(batch), ctx, options)
+
+
+def _entry(module: ModuleType) -> Strategy:
+    return Strategy(module.NAME, module.Options, module.plan)
+
+
+REGISTRY: dict[str, Strategy] = {s.name: s for s in (_entry(megatron_1f1b),)}
+
+
+def get_strategy(name: str) -> Strategy:
+    """The registered strategy called ``name`` (case-insensitive)."""
+    strategy = REGISTRY.get(name.lower())
+    if strategy is None:
+        raise ConfigError("strategy.name", f"one of {', '.join(sorted(REGISTRY))}", name)
+    return strategy

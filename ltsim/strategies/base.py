@@ -1,0 +1,76 @@
+"""What every strategy shares: the planning context, option parsing and the layer split."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ltsim.costs import CostModel
+from ltsim.errors import ConfigError
+from ltsim.model import ModelSpec
+from ltsim.parallel import ParallelConfig
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanContext:
+    """Everything a strategy may consult besides the batch. Strategies never call the engine."""
+
+    model: ModelSpec
+    parallel: ParallelConfig
+    cost: CostModel
+    seed: int = 0
+
+
+def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> Any:
+    """Build a strategy's frozen options dataclass from a dict; unknown keys and wrong types fail."""
+    fields = {f.name: f for f in dataclasses.fields(options_type)}
+    for key, value in raw.items():
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise ConfigError(f"strategy.{key}", f"an option of '{strategy}' ({known})", value,
+                              "remove it or check the spelling")
+        expected = _TYPES.get(str(fields[key].type).split(" ")[0])
+        bad_bool = isinstance(value, bool) and expected is not bool
+        if expected is not None and (bad_bool or not isinstance(value, expected)):
+            raise ConfigError(f"strategy.{key}", f"of type {fields[key].type}", value)
+    options = options_type(**raw)
+    check = getattr(options, "validate", None)
+    if check is not None:
+        check()
+    return options
+
+
+def positive(key: str, value: int, *, allow_zero: bool = False) -> None:
+    """Raise ConfigError unless ``value`` is a positive (or, with allow_zero, non-negative) int."""
+    if value < 0 or (value == 0 and not allow_zero):
+        rule = "a non-negative integer" if allow_zero else "a positive integer"
+        raise ConfigError(f"strategy.{key}", rule, value)
+
+
+def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
+    """Layers split as evenly as possible; earlier stages take the remainder (Megatron's uneven PP
+    gives the first and last stage fewer layers instead; this is the simple even rule)."""
+    if num_stages > num_layers:
+        raise ConfigError("parallel.pp", f"at most the model's {num_layers} layers", num_stages,
+                          "use fewer pipeline stages")
+    base, extra = divmod(num_layers, num_stages)
+    out, first = [], 0
+    for stage in range(num_stages):
+        stop = first + base + (1 if stage < extra else 0)
+        out.append((first, stop))
+        first = stop
+    return tuple(out)
+
+
+def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
+    """Sequence ids of each DP replica: contiguous, near-equal counts (Megatron's sampler)."""
+    base, extra = divmod(len(batch), dp)
+    out, first = [], 0
+    for rank in range(dp):
+        stop = first + base + (1 if rank < extra else 0)
+        out.append(list(range(first, stop)))
+        first = stop
+    return out

@@ -1,0 +1,62 @@
+"""Megatron-LM 1F1B baseline: micro-batches of whole sequences through a non-interleaved 1F1B pipeline.
+
+Micro-batches hold ``micro_batch_size`` sequences in batch order, or, with ``pack_tokens``, as many
+consecutive sequences as fit in that many tokens (a longer sequence gets a micro-batch to itself,
+as Megatron's packed-sequence path would have to). Activations are held from forward to backward;
+each DP replica runs its share of the global batch and the replicas reduce gradients at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ltsim.plan import Chunk, Plan, Slice
+from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.pipeline import build_plan, one_f_one_b
+
+NAME = "megatron-1f1b"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    micro_batch_size: int = 1  # sequences per micro-batch
+    pack_tokens: int = 0  # > 0: pack consecutive sequences up to this many tokens instead
+
+    def validate(self) -> None:
+        positive("micro_batch_size", self.micro_batch_size)
+        positive("pack_tokens", self.pack_tokens, allow_zero=True)
+
+
+def group_sequences(seq_ids: list[int], lengths: tuple[int, ...], options: Options) -> list[list[int]]:
+    """Micro-batches as lists of sequence ids, in batch order."""
+    if not options.pack_tokens:
+        size = options.micro_batch_size
+        return [seq_ids[i:i + size] for i in range(0, len(seq_ids), size)]
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for seq in seq_ids:
+        if current and used + lengths[seq] > options.pack_tokens:
+            groups.append(current)
+            current, used = [], 0
+        current.append(seq)
+        used += lengths[seq]
+    if current:
+        groups.append(current)
+    return groups
+
+
+def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    chunks: list[Chunk] = []
+    orders = {}
+    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+        mine = []
+        for group in group_sequences(seq_ids, batch, options):
+            chunk = Chunk(len(chunks), tuple(Slice(s, 0, batch[s]) for s in group), replica)
+            chunks.append(chunk)
+            mine.append(chunk.index)
+        for stage in range(ctx.parallel.pp):
+            orders[(replica, stage)] = one_f_one_b(mine, stage, ctx.parallel.pp,
+                                                   ctx.parallel.recompute)
+    return build_plan(strategy=NAME, options=asdict(options), ctx=ctx, seq_lengths=tuple(batch),
+                      chunks=tuple(chunks), orders=orders)

@@ -1,0 +1,121 @@
+"""Turns per-stage action orders into a Plan: P2P sends, dependencies, memory effects, DP reduction.
+
+A strategy decides *what* each stage does in which order (``Action`` lists per replica and stage);
+this builder adds the plumbing every pipeline shares, so that no strategy re-derives it:
+
+- F(s, c) on stage s > 0 waits for SEND_F(s-1, c); SEND_F(s, c) follows F(s, c) on the comm stream;
+- B(s, c) on stage s < last waits for SEND_B(s+1, c); SEND_B(s, c) follows B(s, c);
+- an Action's ``extra_deps`` adds same-replica dependencies (e.g. ChunkFlow's dK/dV order);
+- at the end each device reduces its gradients with its DP peers (COLL[dp-grad] on the comm stream)
+  and then steps its optimizer (OPT).
+Comm-stream ops are ordered as their producers run, so the comm stream can never deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ltsim.plan import Buffer, Chunk, Op, OpKind, Plan, Program, op_key
+from ltsim.strategies.base import PlanContext, even_stage_layers
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One compute step of a stage: kind F/B/R/W on a chunk, with its buffer effects (by kind)."""
+
+    kind: OpKind
+    chunk: int
+    allocs: tuple[str, ...] = ()
+    frees: tuple[str, ...] = ()
+    extra_deps: tuple[tuple[int, OpKind, int], ...] = ()  # (stage, kind, chunk) on this replica
+
+
+def default_actions(recompute: str) -> tuple[dict, dict, bool]:
+    """Buffer effects of a kept forward and its backward for a recompute policy.
+
+    Returns (forward effects, backward effects, needs an R before B). With full recompute the
+    forward keeps only its input (a checkpoint) and R rebuilds the activations before B.
+    """
+    if recompute == "full":
+        return {"allocs": ("ckpt",)}, {"frees": ("act", "ckpt")}, True
+    return {"allocs": ("act",)}, {"frees": ("act",)}, False
+
+
+def one_f_one_b(chunks: list[int], stage: int, num_stages: int, recompute: str) -> list[Action]:
+    """Megatron-LM's non-interleaved 1F1B order for one stage.
+
+    warm-up = min(p - stage - 1, m) forwards, then one forward one backward, then cool-down
+    backwards (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_without_interleaving).
+    """
+    fwd, bwd, needs_r = default_actions(recompute)
+    m = len(chunks)
+    warmup = min(num_stages - stage - 1, m)
+    order: list[tuple[str, int]] = [("F", c) for c in chunks[:warmup]]
+    for i in range(m - warmup):
+        order += [("F", chunks[warmup + i]), ("B", chunks[i])]
+    order += [("B", c) for c in chunks[m - warmup:]]
+    out: list[Action] = []
+    for kind, chunk in order:
+        if kind == "F":
+            out.append(Action(OpKind.F, chunk, **fwd))
+        else:
+            if needs_r:
+                out.append(Action(OpKind.R, chunk, allocs=("act",)))
+            out.append(Action(OpKind.B, chunk, **bwd))
+    return out
+
+
+def build_plan(*, strategy: str, options: dict[str, Any], ctx: PlanContext,
+               seq_lengths: tuple[int, ...], chunks: tuple[Chunk, ...],
+               orders: dict[tuple[int, int], list[Action]],
+               notes: tuple[str, ...] = ()) -> Plan:
+    """Assemble a validated Plan from ``orders[(replica, stage)]``."""
+    par = ctx.parallel
+    num_stages = par.pp
+    devices = {(r, s): par.sim_device(dp_rank=r, stage=s) for r in range(par.dp)
+               for s in range(num_stages)}
+    programs: list[Program] = []
+    for (replica, stage), actions in sorted(orders.items()):
+        device = devices[(replica, stage)]
+        compute, comm = _stage_ops(actions, replica, stage, num_stages, device, devices)
+        group = tuple(devices[(r, stage)] for r in range(par.dp))
+        last = compute[-1].key if compute else None
+        coll = Op(kind=OpKind.COLL, device=device, stage=stage, name="dp-grad", stream="comm",
+                  deps=(last,) if last else (), group=group, collective="all_reduce")
+        comm.append(coll)
+        compute.append(Op(kind=OpKind.OPT, device=device, stage=stage, deps=(coll.key,)))
+        programs.append(Program(device, "compute", tuple(compute)))
+        programs.append(Program(device, "comm", tuple(comm)))
+    plan = Plan(strategy=strategy, options=options, seq_lengths=seq_lengths, chunks=chunks,
+                programs=tuple(programs), num_stages=num_stages,
+                stage_layers=even_stage_layers(ctx.model.num_layers, num_stages),
+                device_stage=tuple(par.stage_of(d) for d in range(par.num_sim_devices)),
+                notes=notes)
+    return plan.validate()
+
+
+def _stage_ops(actions, replica, stage, num_stages, device, devices):
+    compute: list[Op] = []
+    comm: list[Op] = []
+    prev_dev = devices.get((replica, stage - 1))
+    next_dev = devices.get((replica, stage + 1))
+    for action in actions:
+        deps: list[str] = [op_key(devices[(replica, s)], f"s{s}{k.value}{c}")
+                           for s, k, c in action.extra_deps]
+        if action.kind is OpKind.F and stage > 0:
+            deps.append(op_key(prev_dev, f"s{stage - 1}SEND_F{action.chunk}"))
+        if action.kind is OpKind.B and stage < num_stages - 1:
+            deps.append(op_key(next_dev, f"s{stage + 1}SEND_B{action.chunk}"))
+        op = Op(kind=action.kind, device=device, stage=stage, chunk=action.chunk, deps=tuple(deps),
+                allocs=tuple(Buffer(k, action.chunk, stage) for k in action.allocs),
+                frees=tuple(Buffer(k, action.chunk, stage) for k in action.frees))
+        compute.append(op)
+        if action.kind is OpKind.F and stage < num_stages - 1:
+            comm.append(Op(kind=OpKind.SEND_F, device=device, stage=stage, chunk=action.chunk,
+                           stream="comm", deps=(op.key,), group=(next_dev,)))
+        if action.kind is OpKind.B and stage > 0:
+            comm.append(Op(kind=OpKind.SEND_B, device=device, stage=stage, chunk=action.chunk,
+                           stream="comm", deps=(op.key,), group=(prev_dev,)))
+    return compute, comm
