@@ -6,8 +6,8 @@ __version__ = "0.1.0"
 
 __all__ = ["load_scenario", "simulate", "run", "Scenario", "Result", "Plan", "LtsimError"]
 
-_LAZY = {"load_scenario": "ltsim.scenario", "Scenario": "ltsim.scenario", "simulate": "ltsim.simulate",
-         "run": "ltsim.simulate", "Result": "ltsim.sim.metrics", "Plan": "ltsim.plan",
+_LAZY = {"load_scenario": "ltsim.scenario", "Scenario": "ltsim.scenario", "simulate": "ltsim.runner",
+         "run": "ltsim.runner", "Result": "ltsim.sim.metrics", "Plan": "ltsim.plan",
          "LtsimError": "ltsim.errors"}
 
 

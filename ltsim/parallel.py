@@ -62,8 +62,8 @@ class ParallelConfig:
             if num_devices % model_parallel:
                 raise ConfigError(
                     "parallel.pp", f"such that tp*cp*pp divides the {num_devices} devices", self.pp,
-                    f"tp={self.tp}, cp={self.cp}, pp={self.pp} gives {model_parallel}",
-                    "change parallel.pp/tp/cp or hardware.num_nodes/gpus_per_node")
+                    "change parallel.pp/tp/cp or hardware.num_nodes/gpus_per_node",
+                    context=f"tp={self.tp}, cp={self.cp}, pp={self.pp} gives {model_parallel}")
             if self.world_size != num_devices:
                 raise ConfigError(
                     "parallel.dp", f"{num_devices // model_parallel} so that tp*cp*pp*dp equals the "

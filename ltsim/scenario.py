@@ -138,8 +138,8 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     mp = parallel.tp * parallel.cp * parallel.pp
     if cluster.num_devices % mp:
         raise ConfigError("parallel.pp", f"such that tp*cp*pp divides the {cluster.num_devices} "
-                          "devices", parallel.pp, f"tp={parallel.tp}, cp={parallel.cp}, pp="
-                          f"{parallel.pp} gives {mp}", "change parallel.pp/tp/cp or the cluster size")
+                          "devices", parallel.pp, "change parallel.pp/tp/cp or the cluster size",
+                          context=f"tp={parallel.tp}, cp={parallel.cp}, pp={parallel.pp} gives {mp}")
     parallel = replace(parallel, dp=par_raw.get("dp", cluster.num_devices // mp))
     parallel.validate(cluster.num_devices)
     name = strategy.pop("name")

@@ -1,0 +1,88 @@
+"""Text tables and JSON for results, comparisons and sweeps (what the CLI prints)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from ltsim.units import fmt_bytes, fmt_seconds
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def format_result(d: dict[str, Any]) -> str:
+    """A short human-readable summary of one Result.to_dict()."""
+    lines = [
+        f"scenario        {d['scenario']}",
+        f"strategy        {d['strategy']} {_options(d['strategy_options'])}",
+        f"batches         {d['num_batches']} on {d['num_gpus']} GPUs",
+        f"iteration time  {fmt_seconds(d['iteration_time_s'])} (p50 "
+        f"{fmt_seconds(d['iteration_time_s_p50'])}, p95 {fmt_seconds(d['iteration_time_s_p95'])})",
+        f"bubble ratio    {_fmt_pct(d['bubble_ratio'])}",
+        f"recompute       {_fmt_pct(d['recompute_ratio'])} of busy time",
+        f"peak memory     {fmt_bytes(d['peak_memory_bytes'])} per GPU "
+        f"(limit {_limit(d['memory_limit_bytes'])}): {'fits' if d['fits'] else 'DOES NOT FIT'}",
+        f"throughput      {_rate(d['tokens_per_s'])} tokens/s",
+        f"MFU             {_fmt_pct(d['mfu'])}",
+    ]
+    if not d["fits"]:
+        lines.append(f"                {d['fit_reason']}")
+    for warning in d["warnings"][:10]:
+        lines.append(f"warning: {warning}")
+    if len(d["warnings"]) > 10:
+        lines.append(f"warning: ... and {len(d['warnings']) - 10} more (see --json)")
+    return "\n".join(lines)
+
+
+def _limit(num_bytes: int) -> str:
+    return "none" if num_bytes >= 2**60 else fmt_bytes(num_bytes)
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.4g}"
+
+
+def _options(options: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{k}={v}" for k, v in options.items()) + ")" if options else ""
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Any]]) -> str:
+    """Align ``rows`` under ``columns`` = (key, header, formatter)."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        cells.append([fmt(row.get(key)) if row.get(key) is not None else "-"
+                      for key, _, fmt in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+COMPARE_COLUMNS = (
+    ("label", "strategy", str),
+    ("iteration_time_s", "iter time", fmt_seconds),
+    ("speedup", "speedup", lambda x: f"{x:.2f}x"),
+    ("bubble_ratio", "bubble", _fmt_pct),
+    ("recompute_ratio", "recompute", _fmt_pct),
+    ("peak_memory_bytes", "peak mem", fmt_bytes),
+    ("fits", "fits", lambda x: "yes" if x else "NO"),
+    ("mfu", "MFU", _fmt_pct),
+    ("tokens_per_s", "tokens/s", _rate),
+)
+
+
+def compare_rows(results: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Attach a label and the speedup over the first result to each result dict."""
+    base = results[0][1]["iteration_time_s"] if results else 0.0
+    return [{**d, "label": label, "speedup": base / d["iteration_time_s"] if d["iteration_time_s"] else None}
+            for label, d in results]
+
+
+def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    return format_table(compare_rows(results), COMPARE_COLUMNS)
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str)

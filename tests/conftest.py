@@ -1,0 +1,27 @@
+"""Shared fixtures: paths and small builders used across the suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ltsim.costs import UnitCostModel
+from ltsim.model import get_model
+from ltsim.parallel import ParallelConfig
+from ltsim.strategies.base import PlanContext
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = REPO / "scenarios"
+
+
+def unit_ctx(pp: int = 1, dp: int = 1, recompute: str = "selective") -> PlanContext:
+    """A planning context on the unit preset (costs = tokens, free comm)."""
+    return PlanContext(model=get_model("qwen2.5-7b"),
+                       parallel=ParallelConfig(pp=pp, dp=dp, recompute=recompute),
+                       cost=UnitCostModel())
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

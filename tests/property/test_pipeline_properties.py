@@ -1,0 +1,39 @@
+"""Hypothesis invariants of the 1F1B pipeline on the unit preset (closed forms, determinism)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ltsim.costs import UnitCostModel
+from ltsim.sim.engine import Engine
+from ltsim.sim.metrics import batch_metrics
+from ltsim.strategies import get_strategy
+from tests.conftest import unit_ctx
+
+MEGATRON = get_strategy("megatron-1f1b")
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 32), length=st.integers(1, 5))
+def test_equal_microbatches_bubble_is_closed_form(p, m, length):
+    """With equal micro-batches, bubble = (p-1)/(m+p-1) and makespan = (m+p-1)(F+B)."""
+    ctx = unit_ctx(pp=p)
+    plan = MEGATRON.plan((length,) * m, ctx, MEGATRON.parse({}))
+    trace = Engine(ctx.cost).run(plan)
+    metrics = batch_metrics(plan, trace, 0.0)
+    assert metrics.bubble_ratio == pytest.approx((p - 1) / (m + p - 1))
+    assert trace.makespan_s == pytest.approx((m + p - 1) * 3 * length)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), dp=st.integers(1, 3),
+       lengths=st.lists(st.integers(1, 50), min_size=3, max_size=24),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_random_batches_same_trace_twice(p, dp, lengths, recompute):
+    ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
+    plan = MEGATRON.plan(tuple(lengths), ctx, MEGATRON.parse({}))
+    first = Engine(UnitCostModel()).run(plan)
+    second = Engine(UnitCostModel()).run(MEGATRON.plan(tuple(lengths), ctx, MEGATRON.parse({})))
+    assert first == second

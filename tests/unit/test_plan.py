@@ -1,0 +1,78 @@
+"""Plan IR: tokens round-trip, validation errors print the grid with the bad op marked."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ltsim.errors import PlanError
+from ltsim.plan import Buffer, Chunk, Op, OpKind, Slice, parse_token
+from ltsim.strategies import get_strategy
+from tests.conftest import unit_ctx
+
+
+@pytest.mark.parametrize("token", ["s2F3", "s0B0", "s10R12", "s1W4", "s0SEND_F1", "s3SEND_B0",
+                                   "s0COLL[dp-grad]", "s2OPT"])
+def test_token_round_trip(token):
+    stage, kind, chunk, name = parse_token(token)
+    assert Op(kind=kind, device=0, stage=stage, chunk=chunk, name=name).token == token
+
+
+def test_bad_token_rejected():
+    with pytest.raises(ValueError, match="not an op token"):
+        parse_token("2F3")
+
+
+def test_slice_and_chunk_kinds():
+    lengths = {0: 8, 1: 2}
+    assert Chunk(0, (Slice(0, 0, 8),)).kind(lengths) == "standalone"
+    assert Chunk(1, (Slice(0, 4, 8),)).kind(lengths) == "dependent"
+    assert Chunk(2, (Slice(0, 4, 8), Slice(1, 0, 2))).kind(lengths) == "hybrid"
+    assert Slice(0, 4, 8).context_tokens == 4
+
+
+def _plan():
+    strategy = get_strategy("megatron-1f1b")
+    return strategy.plan((4, 2, 1, 1), unit_ctx(pp=2), strategy.parse({}))
+
+
+def _replace_op(plan, device, token, **changes):
+    programs = []
+    for prog in plan.programs:
+        ops = tuple(dataclasses.replace(op, **changes) if (op.device, op.token) == (device, token)
+                    else op for op in prog.ops)
+        programs.append(dataclasses.replace(prog, ops=ops))
+    return dataclasses.replace(plan, programs=tuple(programs))
+
+
+def test_validate_missing_dependency_marks_op():
+    bad = _replace_op(_plan(), 1, "s1F2", deps=("0:s0SEND_F9",))
+    with pytest.raises(PlanError, match=r"depends on missing op 0:s0SEND_F9") as info:
+        bad.validate()
+    assert ">>s1F2<<" in str(info.value)
+
+
+def test_validate_cycle_detected():
+    bad = _replace_op(_plan(), 0, "s0F0", deps=("1:s1SEND_B0",))
+    with pytest.raises(PlanError, match="dependency cycle"):
+        bad.validate()
+
+
+def test_validate_missing_backward():
+    plan = _plan()
+    programs = tuple(dataclasses.replace(p, ops=tuple(o for o in p.ops if o.token != "s1B3"))
+                     for p in plan.programs)
+    with pytest.raises(PlanError, match="chunk 3 has 0 B ops on stage 1"):
+        dataclasses.replace(plan, programs=programs).validate()
+
+
+def test_validate_leaked_buffer():
+    bad = _replace_op(_plan(), 0, "s0B1", frees=())
+    with pytest.raises(PlanError, match=r"buffer act:s0c1 on device 0 is never freed"):
+        bad.validate()
+
+
+def test_buffer_name():
+    assert Buffer("kv", 3, 1).name == "kv:s1c3"
+    assert OpKind.F in {OpKind.F}

@@ -1,0 +1,81 @@
+"""Scenario files: presets, overrides, and one clear message (exit code 2) for each kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ltsim.cli import main
+from ltsim.errors import ConfigError
+from ltsim.scenario import load_scenario, parse_override
+
+BASE = """
+name = "t"
+[model]
+preset = "qwen2.5-7b"
+[hardware]
+preset = "unit"
+gpus_per_node = 4
+[parallel]
+pp = 4
+[workload]
+lengths = [4, 2, 1, 1]
+[strategy]
+name = "megatron-1f1b"
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_loads_presets_and_derives_dp(tmp_path):
+    scenario = load_scenario(_write(tmp_path, BASE))
+    assert scenario.model.hidden_size == 3584
+    assert scenario.parallel.dp == 1 and scenario.cluster.num_devices == 4
+    assert scenario.workload.lengths == (4, 2, 1, 1)
+
+
+def test_override_uses_toml_syntax(tmp_path):
+    scenario = load_scenario(_write(tmp_path, BASE), ["parallel.pp=2", "workload.lengths=[3,3]"])
+    assert scenario.parallel.pp == 2 and scenario.parallel.dp == 2
+    assert scenario.workload.lengths == (3, 3)
+    assert parse_override("strategy.name=chunkflow") == ("strategy.name", "chunkflow")
+    assert parse_override('model.dtype="fp32"') == ("model.dtype", "fp32")
+
+
+@pytest.mark.parametrize("text,pattern", [
+    (BASE.replace("pp = 4", "pp = 4\nppp = 1"), r"s\.toml @ parallel\.ppp must be a known key"),
+    (BASE.replace("pp = 4", 'pp = "four"'), r"parallel\.pp must be an integer \(got 'four'\)"),
+    (BASE.replace("pp = 4", "pp = 3"),
+     r"parallel\.pp must be such that tp\*cp\*pp divides the 4 devices \(got 3\)"),
+    (BASE + "\n[extra]\nx = 1\n", r"extra must be a known section"),
+    (BASE.replace('name = "megatron-1f1b"', 'name = "megatron"'),
+     r"strategy\.name must be one of megatron-1f1b"),
+    (BASE.replace('name = "megatron-1f1b"', 'name = "megatron-1f1b"\nmicro_batch = 2'),
+     r"strategy\.micro_batch must be an option of 'megatron-1f1b'"),
+    (BASE.replace("lengths = [4, 2, 1, 1]", "lengths = [4, -2]"),
+     r"workload\.lengths must be a list of positive integers"),
+    (BASE.replace('preset = "qwen2.5-7b"', 'preset = "gpt-9"'), r"model\.preset must be one of"),
+    (BASE.replace('preset = "unit"', 'preset = "tpu"'), r"hardware\.preset must be one of"),
+])
+def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError, match=pattern):
+        load_scenario(path)
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_file_exit_code(capsys):
+    assert main(["simulate", "no/such/file.toml"]) == 2
+    assert "an existing TOML file" in capsys.readouterr().err
+
+
+def test_bad_override_syntax(tmp_path, capsys):
+    assert main(["simulate", str(_write(tmp_path, BASE)), "--set", "parallel.pp"]) == 2
+    assert "section.key=value" in capsys.readouterr().err
