@@ -112,18 +112,17 @@ class Op:
     group: tuple[int, ...] = ()
     collective: str = ""  # COLL: all_reduce | reduce_scatter | all_gather | all_to_all
 
-    @property
-    def token(self) -> str:
+    token: str = field(init=False, repr=False, compare=False)  # e.g. "s2F3", derived
+    key: str = field(init=False, repr=False, compare=False)  # "<device>:<token>", derived
+
+    def __post_init__(self) -> None:
         text = f"s{self.stage}{self.kind.value}"
         if self.chunk >= 0:
             text += str(self.chunk)
         if self.name:
             text += f"[{self.name}]"
-        return text
-
-    @property
-    def key(self) -> str:
-        return op_key(self.device, self.token)
+        object.__setattr__(self, "token", text)
+        object.__setattr__(self, "key", f"{self.device}:{text}")
 
 
 def op_key(device: int, token: str) -> str:

@@ -100,21 +100,20 @@ def _check_acyclic(plan: Plan):
 
 
 def _check_buffers(plan: Plan):
-    live: dict[tuple[int, str], str] = {}
+    """Walk each program in order: allocate only what is not live, free only what is live, and
+    leave nothing live at the end (an op may allocate and free one buffer: a transient)."""
     for program in plan.programs:
+        live: dict[str, str] = {}
         for op in program.ops:
             for buf in op.allocs:
-                if (op.device, buf.name) in live:
+                if buf.name in live:
                     return f"buffer {buf.name} allocated twice on device {op.device}", op.key
-                live[(op.device, buf.name)] = op.key
-    freed: set = set()
-    for op in plan.ops():
-        for buf in op.frees:
-            if (op.device, buf.name) not in live or (op.device, buf.name) in freed:
-                return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
-            freed.add((op.device, buf.name))
-    leaked = sorted(set(live) - freed)
-    if leaked:
-        device, name = leaked[0]
-        return f"buffer {name} on device {device} is never freed", live[leaked[0]]
+                live[buf.name] = op.key
+            for buf in op.frees:
+                if buf.name not in live:
+                    return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
+                del live[buf.name]
+        if live:
+            name, key = sorted(live.items())[0]
+            return f"buffer {name} on device {program.device} is never freed", key
     return None

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan
-from ltsim.strategies import megatron_1f1b
+from ltsim.strategies import chunkflow, megatron_1f1b
 from ltsim.strategies.base import PlanContext, parse_options
 
 
@@ -33,7 +33,7 @@ def _entry(module: ModuleType) -> Strategy:
     return Strategy(module.NAME, module.Options, module.plan)
 
 
-REGISTRY: dict[str, Strategy] = {s.name: s for s in (_entry(megatron_1f1b),)}
+REGISTRY: dict[str, Strategy] = {s.name: s for s in (_entry(megatron_1f1b), _entry(chunkflow))}
 
 
 def get_strategy(name: str) -> Strategy:

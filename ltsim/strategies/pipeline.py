@@ -22,12 +22,16 @@ from ltsim.strategies.base import PlanContext, even_stage_layers
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One compute step of a stage: kind F/B/R/W on a chunk, with its buffer effects (by kind)."""
+    """One compute step of a stage: kind F/B/R/W on a chunk, with its buffer effects.
+
+    A buffer effect is a kind (``"act"``: that buffer of this chunk on this stage) or a
+    ``(kind, chunk)`` pair for another chunk's buffer (e.g. dK/dV of earlier chunks).
+    """
 
     kind: OpKind
     chunk: int
-    allocs: tuple[str, ...] = ()
-    frees: tuple[str, ...] = ()
+    allocs: tuple[str | tuple[str, int], ...] = ()
+    frees: tuple[str | tuple[str, int], ...] = ()
     extra_deps: tuple[tuple[int, OpKind, int], ...] = ()  # (stage, kind, chunk) on this replica
 
 
@@ -109,8 +113,8 @@ def _stage_ops(actions, replica, stage, num_stages, device, devices):
         if action.kind is OpKind.B and stage < num_stages - 1:
             deps.append(op_key(next_dev, f"s{stage + 1}SEND_B{action.chunk}"))
         op = Op(kind=action.kind, device=device, stage=stage, chunk=action.chunk, deps=tuple(deps),
-                allocs=tuple(Buffer(k, action.chunk, stage) for k in action.allocs),
-                frees=tuple(Buffer(k, action.chunk, stage) for k in action.frees))
+                allocs=tuple(_buffer(b, action.chunk, stage) for b in action.allocs),
+                frees=tuple(_buffer(b, action.chunk, stage) for b in action.frees))
         compute.append(op)
         if action.kind is OpKind.F and stage < num_stages - 1:
             comm.append(Op(kind=OpKind.SEND_F, device=device, stage=stage, chunk=action.chunk,
@@ -119,3 +123,9 @@ def _stage_ops(actions, replica, stage, num_stages, device, devices):
             comm.append(Op(kind=OpKind.SEND_B, device=device, stage=stage, chunk=action.chunk,
                            stream="comm", deps=(op.key,), group=(prev_dev,)))
     return compute, comm
+
+
+def _buffer(effect: str | tuple[str, int], chunk: int, stage: int) -> Buffer:
+    if isinstance(effect, str):
+        return Buffer(effect, chunk, stage)
+    return Buffer(effect[0], effect[1], stage)

@@ -1,0 +1,298 @@
+"""Memory model: static memory (weights, gradients, optimizer state by ZeRO stage) of one GPU of a
+pipeline stage, and the bytes per token that activations, logits and K/V state keep.
+
+Conventions
+-----------
+- Everything is bytes on ONE GPU. "Per token" means per token of the micro-batch (the chunk) that
+  the simulated device (tp x cp GPUs in lockstep) processes: the chunk's tokens are split over the
+  cp GPUs (ring CP: sequence shards; Ulysses: heads after the all-to-all, same bytes), and, with
+  sequence parallelism, over the tp GPUs. Multiply by the chunk's token count; do not divide by cp.
+- Mixed-precision Adam as Megatron-LM runs it by default with bf16 (megatron/training/arguments.py
+  forces accumulate_allreduce_grads_in_fp32 for bf16): weights in the model dtype (2 B), fp32 main
+  gradients (4 B), fp32 master weights and two fp32 Adam moments (12 B): 18 B per parameter, the
+  rule of Megatron-LM's megatron/training/theoretical_memory_usage.py.
+- Activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models" (arXiv 2205.05198), section 4 and Table 2, adapted to FlashAttention (no
+  s x s score matrix is stored, only a fp32 log-sum-exp per head), GQA and SwiGLU; see
+  ``activation_bytes_per_token``. fp32 per-token norm statistics (4-8 B per norm) and int64 labels
+  are not counted (< 0.1% of a layer's activations at hidden >= 256).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ltsim.errors import ConfigError
+from ltsim.model import (ModelSpec, embedding_parameters, head_parameters, layer_parameters,
+                         vocab_parameters)
+from ltsim.parallel import RECOMPUTE, ParallelConfig
+from ltsim.units import GiB, dtype_bytes
+
+FP32_BYTES = 4
+TOKEN_ID_BYTES = 8  # int64 input ids (Megatron-LM theoretical_memory_usage: "8 * s * b")
+DROPOUT_MASK_BYTES = 1  # one byte per element (Korthikanti et al. 2022, section 4.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Static memory
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaticMemory:
+    """Model states resident on one GPU for the whole iteration, in bytes."""
+
+    num_parameters: float  # parameters this GPU's TP shard holds (before ZeRO sharding)
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+
+def _check_layers(model: ModelSpec, num_layers: int) -> None:
+    if (isinstance(num_layers, bool) or not isinstance(num_layers, int)
+            or not 0 <= num_layers <= model.num_layers):
+        raise ConfigError("num_layers", f"an integer in [0, {model.num_layers}]", num_layers,
+                          f"model {model.name} has {model.num_layers} layers")
+
+
+def _kv_divisor(model: ModelSpec, parallel: ParallelConfig) -> int:
+    """Split of K/V over one device's GPUs: by KV head, replicated past num_kv_heads."""
+    if parallel.cp_kind == "ulysses":  # heads split over tp*cp after the all-to-all
+        return min(parallel.tp * parallel.cp, model.num_kv_heads)
+    return min(parallel.tp, model.num_kv_heads) * parallel.cp  # ring: heads over tp, tokens over cp
+
+
+def layer_parameters_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Parameters of one layer on one GPU of a tp group (Megatron-LM's TP layout)."""
+    params = layer_parameters(model)
+    sharded = params.num_q + params.num_out + params.num_mlp
+    return sharded / tp + params.num_kv / min(tp, model.num_kv_heads) + params.num_replicated
+
+
+def stage_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int, has_embedding: bool,
+                             has_head: bool) -> float:
+    """Parameters one GPU holds for a pipeline stage of ``num_layers`` layers.
+
+    Vocab tables are vocab-parallel (split by tp); learned positions and the final norm are
+    replicated. A tied LM head on a stage without the embedding keeps its own copy of the vocab
+    matrix, synchronised with the first stage (Megatron-LM's shared embedding for pp > 1).
+    """
+    _check_layers(model, num_layers)
+    vocab = vocab_parameters(model)
+    total = num_layers * layer_parameters_per_gpu(model, tp)
+    if has_embedding:
+        positions = embedding_parameters(model) - vocab
+        total += vocab / tp + positions
+    if has_head:
+        head = head_parameters(model)
+        final_norm = model.norm_size * model.hidden_size
+        total += final_norm + (head - final_norm) / tp
+        if model.tied_embeddings and not has_embedding:
+            total += vocab / tp
+    return total
+
+
+def optimizer_bytes_per_param(model: ModelSpec) -> int:
+    """fp32 master copy (only when the model dtype is narrower) and two Adam moments."""
+    width = max(FP32_BYTES, dtype_bytes(model.dtype))
+    master = FP32_BYTES if dtype_bytes(model.dtype) < FP32_BYTES else 0
+    return master + 2 * width
+
+
+def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layers: int,
+                        has_embedding: bool, has_head: bool, distributed_optimizer: bool = True,
+                        fp32_grads: bool = True) -> StaticMemory:
+    """Weights, gradients and optimizer state on one GPU of a stage holding ``num_layers`` layers.
+
+    ZeRO shards over the dp * cp ranks that hold the same parameters (Megatron's distributed
+    optimizer and DeepSpeed both shard over data x context/sequence parallel ranks): stage 1 the
+    optimizer state, stage 2 also the gradients, stage 3 also the weights (Rajbhandari et al. 2020,
+    ZeRO, section 5). With zero_stage 1 and fp32 gradients this is Megatron's 6 + 12/dp bytes per
+    parameter. ``distributed_optimizer=False`` ignores ``parallel.zero_stage`` and replicates
+    everything (Megatron without --use-distributed-optimizer: 18 B/param). ``fp32_grads=False``
+    keeps gradients in the model dtype (DeepSpeed / FlexSP's 16 B/param).
+    Raises ConfigError when num_layers is outside [0, model.num_layers].
+    """
+    num_params = stage_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
+                                          has_embedding=has_embedding, has_head=has_head)
+    stage = parallel.zero_stage if distributed_optimizer else 0
+    num_shards = parallel.dp * parallel.cp
+    weight_bytes = dtype_bytes(model.dtype)
+    grad_bytes = max(FP32_BYTES, weight_bytes) if fp32_grads else weight_bytes
+
+    def sharded(bytes_per_param: float, from_stage: int) -> float:
+        return num_params * bytes_per_param / (num_shards if stage >= from_stage else 1)
+
+    return StaticMemory(num_parameters=num_params,
+                        weights_bytes=sharded(weight_bytes, 3),
+                        grads_bytes=sharded(grad_bytes, 2),
+                        optimizer_bytes=sharded(optimizer_bytes_per_param(model), 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+def _check_recompute(recompute: str) -> None:
+    if recompute not in RECOMPUTE:
+        raise ConfigError("parallel.recompute", f"one of {', '.join(RECOMPUTE)}", recompute)
+
+
+def _sp_divisor(parallel: ParallelConfig) -> int:
+    """Sequence parallelism shards the tensors TP would otherwise replicate (Korthikanti 4.2.2)."""
+    return parallel.tp if parallel.sequence_parallel else 1
+
+
+def layer_activation_parts(model: ModelSpec, recompute: str) -> tuple[float, float, float]:
+    """Bytes per token one layer stores, split as (tp-replicated, tp-sharded, K/V) before division.
+
+    Korthikanti et al. 2022 section 4.1 per token, e = dtype bytes, h hidden, f ffn, a heads:
+      replicated without SP: two norm inputs 2eh, QKV input eh, MLP input eh, and for gpt two
+        dropout masks 2h (10h in the paper's 2-byte units);
+      sharded by TP: Q eh, attention output eh (saved by FlashAttention and by the output
+        projection: one tensor), the MLP: gpt GELU input and output 2ef (the paper's 16h at f = 4h),
+        llama SwiGLU input 2ef and down-projection input ef (Megatron-LM's fused bias_swiglu saves
+        only its input); recompute "none" adds FlashAttention's fp32 log-sum-exp, 4a, which
+        selective recompute of core attention drops (Q, K, V are its checkpoint; the output
+        projection keeps the output), so with FlashAttention "none" and "selective" differ only
+        by that;
+      K and V: 2 * e * kv_hidden (h for MHA: the paper's 4h of Q, K, V is 2h + this).
+    The paper's 5as/h term (scores, softmax, dropout) is what FlashAttention does not store; see
+    ``attention_scores_bytes_per_token`` for the non-flash path.
+    Full recompute keeps only the layer input, e*h, returned as replicated.
+    """
+    _check_recompute(recompute)
+    e, h, f = dtype_bytes(model.dtype), model.hidden_size, model.ffn_hidden_size
+    if recompute == "full":
+        return float(e * h), 0.0, 0.0
+    dropout = 2 * DROPOUT_MASK_BYTES * h if model.has_dropout else 0
+    replicated = 4 * e * h + dropout
+    mlp = 3 * e * f if model.gated_mlp else 2 * e * f
+    lse = FP32_BYTES * model.num_attention_heads if recompute == "none" else 0
+    sharded = 2 * e * h + mlp + lse
+    return float(replicated), float(sharded), float(2 * e * model.kv_hidden_size)
+
+
+def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, num_layers: int,
+                               recompute: str) -> float:
+    """Bytes per chunk token kept from forward to backward for ``num_layers`` layers on one GPU.
+
+    Per layer (see ``layer_activation_parts``), with FlashAttention:
+      "none" / "selective": (replicated / sp + sharded / tp + kv / kv_split) / cp, where sp = tp
+        with sequence parallelism (Korthikanti Table 2: 34sbh/t with SP, sbh(10 + 24/t) without);
+      "full": the layer input, e*h / sp / cp (Table 2's 2sbh, sharded along the sequence by SP).
+    The embedding input and the logits are separate: ``embedding_bytes_per_token``,
+    ``logits_bytes_per_token``. Raises ConfigError on a bad recompute or num_layers.
+    """
+    _check_layers(model, num_layers)
+    replicated, sharded, kv = layer_activation_parts(model, recompute)
+    per_layer = (replicated / _sp_divisor(parallel) + sharded / parallel.tp) / parallel.cp
+    per_layer += kv / _kv_divisor(model, parallel)
+    return num_layers * per_layer
+
+
+def attention_scores_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                                     num_layers: int, kv_tokens: float) -> float:
+    """Extra bytes per chunk token WITHOUT FlashAttention (recompute "none"): per head and key, the
+    softmax output (2 B) and, with dropout, its mask (1 B) and the dropout output (2 B): Korthikanti
+    et al. 2022 Table 2's 5as/h term for gpt, 2as/h for llama. Split over tp and cp."""
+    _check_layers(model, num_layers)
+    per_key = 5 if model.has_dropout else 2
+    per_layer = per_key * model.num_attention_heads * kv_tokens / (parallel.tp * parallel.cp)
+    return num_layers * per_layer
+
+
+def recompute_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                                      recompute: str) -> float:
+    """Transient bytes per chunk token while one layer is rematerialised in backward.
+
+    With full recompute the backward of each layer first recomputes that layer's activations
+    with grad enabled, storing what recompute "none" stores for that one layer (Korthikanti et
+    al. 2022 section 5); 0 otherwise.
+    """
+    _check_recompute(recompute)
+    if recompute != "full":
+        return 0.0
+    return activation_bytes_per_token(model, parallel, num_layers=1, recompute="none")
+
+
+def embedding_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """First stage: int64 input ids, plus gpt's embedding dropout mask (h bytes, SP-sharded).
+
+    Megatron-LM theoretical_memory_usage.py: "Input to embedding" 8sb and "Dropout in embedding
+    layer" sbh.
+    """
+    dropout = DROPOUT_MASK_BYTES * model.hidden_size / _sp_divisor(parallel)
+    return (TOKEN_ID_BYTES + (dropout if model.has_dropout else 0.0)) / parallel.cp
+
+
+def logits_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Last stage: final-norm input and LM-head input (e*h each, SP-sharded), fp32 logits kept for
+    the cross-entropy backward (4 * vocab / tp: Megatron's vocab-parallel cross entropy saves the
+    fp32 softmax) and the fp32 per-token loss. Megatron-LM theoretical_memory_usage.py counts
+    "Inputs to output layer and CE loss" as 4sbh(1 + V/h) / t, the same bytes less the loss.
+    """
+    e, h = dtype_bytes(model.dtype), model.hidden_size
+    inputs = 2 * e * h / _sp_divisor(parallel)
+    logits = FP32_BYTES * model.vocab_size / parallel.tp
+    return (inputs + logits + FP32_BYTES) / parallel.cp
+
+
+def kv_state_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                             num_layers: int) -> float:
+    """K and V of a chunk, 2 * e * kv_hidden per layer, split by KV head over tp (and cp).
+
+    Dependent chunks (later pieces of the same sequence) read them, so they stay until the last
+    dependent chunk's backward even when the chunk itself is fully recomputed (InfiniPipe 3.1.4,
+    eq. 9's 2eD term). ``activation_bytes_per_token`` with recompute "none"/"selective" already
+    includes them; add this only on top of recompute "full".
+    """
+    _check_layers(model, num_layers)
+    return num_layers * 2 * dtype_bytes(model.dtype) * model.kv_hidden_size / _kv_divisor(
+        model, parallel)
+
+
+def kv_grad_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                            num_layers: int) -> float:
+    """Gradients of the K and V of earlier chunks, accumulated while the chunks that attend to them
+    run backward (InfiniPipe 3.1.3, eq. 5's M_dkv = 2eLD/N per token); same size as the K/V."""
+    return kv_state_bytes_per_token(model, parallel, num_layers=num_layers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Allocator overhead
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorOverhead:
+    """What a device needs beyond the bytes the model tensors occupy.
+
+    fragmentation_fraction: share of the tensor peak lost to the caching allocator's fragmentation
+      and temporaries. 5% is Megatron-LM's own allowance (theoretical_memory_usage.py,
+      compute_activation_memory_without_sp: "buffer for ... temporaries (5% overhead)");
+      ALST (seeds/alst.md) reports fragmentation at long lengths and enables expandable segments.
+    fixed_bytes: CUDA context with lazy module loading (~0.5 GiB, outside the caching allocator)
+      plus NCCL communicators' buffers (NCCL_BUFFSIZE 4 MiB per channel and peer: ~0.5 GiB for a
+      few communicators). ALST saw ~3 GB more from a PyTorch 2.6-2.7 barrier issue; not included.
+    """
+
+    fragmentation_fraction: float
+    fixed_bytes: float
+
+    def apply(self, peak_bytes: float) -> float:
+        """Device memory needed for a tensor peak of ``peak_bytes``."""
+        return peak_bytes * (1.0 + self.fragmentation_fraction) + self.fixed_bytes
+
+
+ALLOCATOR_OVERHEAD = AllocatorOverhead(fragmentation_fraction=0.05, fixed_bytes=1.0 * GiB)
+NO_ALLOCATOR_OVERHEAD = AllocatorOverhead(fragmentation_fraction=0.0, fixed_bytes=0.0)
+
+
+def with_allocator_overhead(peak_bytes: float,
+                            overhead: AllocatorOverhead = ALLOCATOR_OVERHEAD) -> float:
+    """Device memory needed to hold a tensor peak: compare THIS with the device capacity (fits),
+    and the bare peak with torch.cuda.max_memory_allocated (which excludes both terms)."""
+    return overhead.apply(peak_bytes)
