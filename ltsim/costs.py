@@ -3,7 +3,7 @@
 ``UnitCostModel`` implements DESIGN.md's ``unit`` hardware preset, the model the seed papers draw
 their examples with: a chunk's forward on one stage takes as many seconds as it has tokens,
 backward twice that, recompute-forward equals forward, communication is free, activation memory is
-one byte per token. The table-backed model for real hardware lives in ``costs_table.py``.
+one byte per token (K/V state and checkpoints are free). The table-backed model for real hardware lives in ``costs_table.py``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ class UnitCostModel:
         return 0.0  # W is not split in the unit model; communication and optimizer are free
 
     def buffer_bytes(self, buffer: Buffer, plan: Plan) -> int:
-        return self._chunk_tokens(plan, buffer.chunk)
+        # Only activations count, as in the papers' figures: K/V state, its gradients and
+        # recompute checkpoints are free here (the table-backed model charges them).
+        return self._chunk_tokens(plan, buffer.chunk) if buffer.kind == "act" else 0
 
     def static_memory_bytes(self, device: int, plan: Plan) -> int:
         return 0

@@ -61,39 +61,60 @@ def first_fit_decreasing(sizes: list[int], capacity: int) -> list[list[int]]:
 
 
 def exact_pack(sizes: list[int], capacity: int, count: int) -> list[list[int]] | None:
-    """A packing into ``count`` bins, None if there is none, or None if the node budget runs out."""
+    """A packing into ``count`` bins, or None (none exists, or the node budget ran out).
+
+    Bin completion (Korf 2002, simplified): put the largest item left into a new bin, fill the
+    rest of that bin with a subset of the remaining items (fullest first), recurse. A bin may
+    waste at most the slack ``count * capacity - total``, which prunes hard near the optimum.
+    """
+    slack = capacity * count - sum(sizes)
+    if slack < 0:
+        return None
     order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    items = [sizes[i] for i in order]
-    suffix = [0] * (len(items) + 1)
-    for j in range(len(items) - 1, -1, -1):
-        suffix[j] = suffix[j + 1] + items[j]
-    room = [capacity] * count
-    assign = [-1] * len(items)
     budget = [NODE_BUDGET]
 
-    def place(j: int) -> bool:
-        if j == len(items):
-            return True
+    def fill(left: list[int], slack: int, bins_left: int) -> list[list[int]] | None:
+        if not left:
+            return []
         budget[0] -= 1
-        if budget[0] < 0 or suffix[j] > sum(room):
-            return False
-        tried: set[int] = set()
-        for b in range(count):
-            if room[b] >= items[j] and room[b] not in tried:  # equal rooms are symmetric
-                tried.add(room[b])
-                room[b] -= items[j]
-                assign[j] = b
-                if place(j + 1):
-                    return True
-                room[b] += items[j]
-        return False
-
-    if not place(0):
+        if bins_left == 0 or budget[0] < 0:
+            return None
+        first, rest = left[0], left[1:]
+        room = capacity - sizes[first]
+        for subset in _subsets(rest, sizes, room, room - slack):
+            taken = set(subset)
+            used = sum(sizes[i] for i in subset)
+            tail = fill([i for i in rest if i not in taken], slack - (room - used), bins_left - 1)
+            if tail is not None:
+                return [sorted([first, *subset])] + tail
         return None
-    bins: list[list[int]] = [[] for _ in range(count)]
-    for j, b in enumerate(assign):
-        bins[b].append(order[j])
-    return [sorted(b) for b in bins if b]
+
+    return fill(order, slack, count)
+
+
+def _subsets(items: list[int], sizes: list[int], room: int, min_fill: int, limit: int = 4096):
+    """Subsets of ``items`` (sorted by size, descending) whose total lies in [min_fill, room],
+    fullest first; equal sizes are interchangeable, so only one ordering of them is produced."""
+    found: list[tuple[int, list[int]]] = []
+
+    def walk(start: int, chosen: list[int], total: int) -> None:
+        if len(found) >= limit:
+            return
+        if total >= min_fill:
+            found.append((total, list(chosen)))
+        previous = None
+        for pos in range(start, len(items)):
+            size = sizes[items[pos]]
+            if size == previous or total + size > room:
+                continue
+            previous = size
+            chosen.append(items[pos])
+            walk(pos + 1, chosen, total + size)
+            chosen.pop()
+
+    walk(0, [], 0)
+    found.sort(key=lambda pair: -pair[0])
+    return [subset for _, subset in found]
 
 
 def _in_order(sizes: list[int], capacity: int) -> list[list[int]]:

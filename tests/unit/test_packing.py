@@ -1,0 +1,57 @@
+"""Bin packing for ChunkFlow's chunk construction: the minimum bin count where it is known."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ltsim.strategies.packing import exact_pack, first_fit_decreasing, lower_bound, pack
+
+
+def _check(sizes, capacity, bins):
+    assert sorted(i for b in bins for i in b) == list(range(len(sizes)))
+    assert all(sum(sizes[i] for i in b) <= capacity for b in bins)
+
+
+def test_ffd_misses_but_min_bins_finds_the_optimum():
+    # Three full bins of 20 exist ({11,5,2,2}, {10,6,2,2}, {8,5,3,2,2}); FFD needs 4.
+    sizes = [11, 10, 8, 6, 5, 5, 3, 2, 2, 2, 2, 2, 2]
+    capacity = 20
+    assert len(first_fit_decreasing(sizes, capacity)) == 4
+    bins = pack(sizes, capacity)
+    _check(sizes, capacity, bins)
+    assert len(bins) == 3 == lower_bound(sizes, capacity)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_perfect_packings_are_found(seed):
+    """Cut `count` bins of capacity C into random pieces: the minimum is exactly `count`."""
+    rng = random.Random(seed)
+    capacity, count = 64, rng.randint(2, 6)
+    sizes = []
+    for _ in range(count):
+        left = capacity
+        while left:
+            piece = min(left, rng.randint(1, 40))
+            sizes.append(piece)
+            left -= piece
+    rng.shuffle(sizes)
+    bins = pack(sizes, capacity)
+    _check(sizes, capacity, bins)
+    assert len(bins) == count
+
+
+def test_exact_pack_reports_infeasible():
+    assert exact_pack([6, 6, 6], 10, 2) is None
+
+
+def test_in_order_and_ffd_policies():
+    sizes = [3, 8, 2, 7]
+    assert pack(sizes, 10, "in-order") == [[0], [1, 2], [3]]
+    _check(sizes, 10, pack(sizes, 10, "ffd"))
+
+
+def test_item_larger_than_capacity_rejected():
+    with pytest.raises(ValueError):
+        pack([11], 10)

@@ -1,0 +1,266 @@
+"""Tests for ltsim.workload and ltsim.datasets: built-in datasets, user files, errors, sampling, describe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltsim.datasets import LengthArray, LengthBins, dataset_names, load_dataset
+from ltsim.errors import ConfigError
+from ltsim.workload import Workload, describe, format_describe, plot_histogram
+
+SHARED_DATA = Path("/work/shared/data")
+K = 1024
+
+# (name, published percent below 1K/4K/8K/32K/128K, longest in tokens), as printed in the seed papers.
+PAPER_TABLES = [
+    ("lmsys-chat-1m", (90.499, 99.539, 99.908, 99.987, 99.996), 303 * K),  # ChunkFlow Table 1
+    ("chunkflow-eval", (98.17, 99.72, 99.83, 99.92, 99.98), 256 * K),  # ChunkFlow Table 2
+    ("chatqa2-long-sft", (21.92, 31.48, 40.43, 99.86, 100.0), 99 * K),  # Skrull Table 1
+    ("wikipedia-skrull", (87.88, 99.34, 99.92, 99.99, 100.0), 78 * K),  # Skrull Table 1
+    ("lmsys-chat-1m-skrull", (87.12, 99.35, 99.87, 99.98, 99.99), 1643 * K),  # Skrull Table 1
+]
+
+
+def _draw(name: str, n: int, seed: int = 0, max_length: int = 0) -> np.ndarray:
+    source = Workload(dataset=name, max_length=max_length, global_batch_size=1).source()
+    return source.draw(np.random.default_rng(seed), n)
+
+
+# ---- built-in datasets -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", dataset_names())
+@pytest.mark.parametrize("max_length", [0, 32 * K])
+def test_every_builtin_samples_positive_ints_within_max(name: str, max_length: int) -> None:
+    batches = Workload(dataset=name, max_length=max_length, global_batch_size=64,
+                       num_batches=3).sample(seed=1)
+    assert len(batches) == 3 and all(len(b) == 64 for b in batches)
+    flat = [n for b in batches for n in b]
+    assert all(type(n) is int and n >= 1 for n in flat)
+    limit = max_length or load_dataset(name).max_tokens
+    assert max(flat) <= limit
+
+
+def test_names_are_case_insensitive() -> None:
+    a = Workload(dataset="LMSYS-Chat-1M", global_batch_size=8).sample(seed=3)
+    b = Workload(dataset="lmsys-chat-1m", global_batch_size=8).sample(seed=3)
+    assert a == b
+
+
+@pytest.mark.parametrize("name, published, longest", PAPER_TABLES)
+def test_cdf_table_reproduced_within_half_a_point(name: str, published: tuple, longest: int) -> None:
+    draws = _draw(name, 1_000_000)
+    for kib, pct in zip((1, 4, 8, 32, 128), published):
+        assert abs(100.0 * np.mean(draws < kib * K) - pct) < 0.5, (name, kib)
+    assert draws.min() >= 1
+    assert draws.max() <= longest  # never above the published longest length
+
+
+def test_cdf_table_bins_follow_the_interpolation_rule() -> None:
+    bins = load_dataset("lmsys-chat-1m")
+    assert isinstance(bins, LengthBins)
+    assert bins.lo_tokens == (1, K, 4 * K, 8 * K, 32 * K, 128 * K)
+    assert bins.hi_tokens[-1] == 303 * K + 1  # the last bin includes the longest length
+    assert sum(bins.mass) == pytest.approx(1.0)
+    # Skrull's Wikipedia says 100 % below 128K and longest 78K: the last bin stops at 78K.
+    wiki = load_dataset("wikipedia-skrull")
+    assert wiki.lo_tokens[-1] == 32 * K and wiki.max_tokens == 78 * K
+
+
+def test_docs_long_reproduces_the_histogram() -> None:
+    draws = _draw("docs-long", 1_000_000)
+    # magiattention_doc_length_histogram.csv cumulative percentages at the bin tops 1024, 4096, 196608
+    for top, cum_pct in ((1024, 71.38), (4096, 94.37), (32768, 99.56)):
+        assert abs(100.0 * np.mean(draws <= top) - cum_pct) < 0.5
+    assert 1 <= draws.min() and draws.max() <= 196_608
+
+
+def test_wikipedia_describe_matches_the_published_file_statistics() -> None:
+    frame = describe("wikipedia")
+    value = frame["value"]
+    # shared/data/SOURCES.md: median 347, mean 1013.6, p99 10919, max 1,823,777,
+    # longer than 4K / 32K / 128K: 4.39 % / 0.130 % / 0.0049 %
+    assert value["count"] == 1_000_000
+    assert value["median"] == 347
+    assert value["mean"] == pytest.approx(1013.6, abs=0.05)
+    assert value["p99"] == pytest.approx(10919, abs=0.5)
+    assert value["Longest"] == 1_823_777
+    assert value["< 4K"] == pytest.approx(100 - 4.39, abs=0.01)
+    assert value["< 32K"] == pytest.approx(100 - 0.130, abs=0.001)
+    assert value["< 128K"] == pytest.approx(100 - 0.0049, abs=0.0001)
+    source = load_dataset("wikipedia")
+    assert isinstance(source, LengthArray) and source.num_tokens.min() == 1
+    assert frame.attrs["basis"].startswith("exact")
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data not present")
+def test_packaged_copies_equal_the_raw_data() -> None:
+    text = (SHARED_DATA / "flexsp_wikipedia_seqlens.txt").read_text()
+    raw = np.array(text.split(), dtype=np.int64)
+    assert np.array_equal(load_dataset("wikipedia").num_tokens, raw)  # same values, same order
+    conv = pd.read_csv(SHARED_DATA / "vidur_splitwise_conv_trace_lengths.csv")
+    summed = (conv["num_prefill_tokens"] + conv["num_decode_tokens"]).to_numpy()
+    assert np.array_equal(load_dataset("azure-conv").num_tokens, summed)
+
+
+def test_describe_table_dataset_shows_published_column() -> None:
+    frame = describe("lmsys-chat-1m", num_samples=200_000)
+    assert list(frame.index) == ["< 1K", "< 4K", "< 8K", "< 32K", "< 128K", "Longest", "count", "mean",
+                                 "median", "p99"]
+    assert frame.loc["< 1K", "published"] == 90.499
+    assert frame.loc["Longest", "published"] == 303 * K
+    assert frame.loc["count", "value"] == 200_000
+    text = format_describe(frame)
+    assert "lmsys-chat-1m" in text and "90.499 %" in text and "< 128K" in text
+
+
+def test_describe_with_max_length_drops_long_sequences() -> None:
+    frame = describe("wikipedia", max_length=4 * K)
+    assert frame.loc["Longest", "value"] <= 4 * K
+    assert frame.loc["< 4K", "value"] > 99.9
+    assert frame["published"].isna().all()
+    assert "dropped" in format_describe(frame)
+
+
+def test_plot_histogram_writes_a_png(tmp_path: Path) -> None:
+    out = plot_histogram("lmsys-chat-1m", tmp_path / "h.png", num_samples=20_000)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_import_stays_free_of_pandas_and_matplotlib() -> None:
+    code = "import sys, ltsim.workload; print('pandas' in sys.modules, 'matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]
+
+
+# ---- max_length and determinism ----------------------------------------------------------------
+
+def test_max_length_drops_array_lengths_before_sampling() -> None:
+    draws = _draw("wikipedia", 200_000, max_length=2048)
+    assert draws.max() <= 2048
+    raw = load_dataset("wikipedia").num_tokens
+    kept = raw[raw <= 2048]
+    assert abs(np.mean(draws < 1024) - np.mean(kept < 1024)) < 0.005  # the filtered distribution
+
+
+def test_max_length_conditions_a_table() -> None:
+    draws = _draw("lmsys-chat-1m", 1_000_000, max_length=4 * K)
+    assert draws.max() <= 4 * K
+    # Conditioned on <= 4K: P(< 1K) = 90.499 / P(<= 4K), and P(<= 4K) is 99.539 % plus a sliver.
+    assert abs(100.0 * np.mean(draws < K) - 100 * 90.499 / 99.539) < 0.5
+
+
+def test_max_length_that_drops_everything_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "l.txt"
+    path.write_text("100\n200\n")
+    with pytest.raises(ConfigError, match=r"'workload.max_length' must be at least the shortest length"):
+        Workload(dataset=str(path), max_length=50, global_batch_size=4).sample(seed=0)
+
+
+def test_same_seed_same_batches_and_other_seed_differs() -> None:
+    w = Workload(dataset="wikipedia", global_batch_size=256, num_batches=4)
+    assert w.sample(seed=7) == w.sample(seed=7)
+    assert w.sample(seed=7) != w.sample(seed=8)
+    assert len(set(w.sample(seed=7))) == 4  # batches differ from each other
+
+
+def test_lengths_and_fixed_length_keep_their_behaviour() -> None:
+    assert Workload(lengths=(4, 2, 1, 1), num_batches=2).sample(seed=0) == ((4, 2, 1, 1),) * 2
+    assert Workload(fixed_length=8, global_batch_size=3).sample(seed=0) == ((8, 8, 8),)
+    with pytest.raises(ConfigError, match=r"'workload.fixed_length' must be at most max_length = 4"):
+        Workload(fixed_length=8, max_length=4, global_batch_size=3).validate()
+    with pytest.raises(ConfigError, match=r"'workload' must be given exactly one"):
+        Workload(dataset="wikipedia", fixed_length=8, global_batch_size=3).validate()
+
+
+# ---- user files ------------------------------------------------------------------------------------
+
+def _write_lengths(tmp_path: Path, fmt: str, values: list) -> Path:
+    path = tmp_path / f"lengths.{fmt}"
+    if fmt == "txt":
+        path.write_text("\n".join(map(str, values)) + "\n")
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps({"num_tokens": v, "id": i}) + "\n" for i, v in enumerate(values)))
+    elif fmt == "csv":
+        pd.DataFrame({"id": range(len(values)), "num_tokens": values}).to_csv(path, index=False)
+    else:
+        pd.DataFrame({"length": values}).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["txt", "csv", "parquet", "jsonl"])
+def test_user_file_formats(tmp_path: Path, fmt: str) -> None:
+    values = [5, 100, 3000, 70000]
+    path = _write_lengths(tmp_path, fmt, values)
+    source = load_dataset(str(path))
+    assert sorted(source.num_tokens.tolist()) == values
+    batches = Workload(dataset=str(path), global_batch_size=50, num_batches=2).sample(seed=0)
+    assert {n for b in batches for n in b} <= set(values)
+    limited = Workload(dataset=str(path), max_length=3000, global_batch_size=50).sample(seed=0)
+    assert max(limited[0]) <= 3000
+
+
+def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
+    csv_path = tmp_path / "a.csv"
+    csv_path.write_text("length,other\n10,x\n20,y\n")
+    assert load_dataset(str(csv_path)).num_tokens.tolist() == [10, 20]
+    jsonl_path = tmp_path / "a.jsonl"
+    jsonl_path.write_text('{"length": 7}\n\n{"length": 9.0}\n')
+    assert load_dataset(str(jsonl_path)).num_tokens.tolist() == [7, 9]
+
+
+@pytest.mark.parametrize("content, fmt, message", [
+    ("10\n20\nabc\n", "txt", r"a file of integer lengths.*; line 3 holds 'abc'\. Fix: write each"),
+    ("10\n2.5\n", "txt", r"line 2 holds '2.5'"),
+    ("num_tokens\n10\nx\n", "csv", r"row 2 of column num_tokens holds 'x'"),
+    ("num_tokens\n10\n\n12.5\n", "csv", r"row 2 of column num_tokens holds 12.5\."),
+    ('{"num_tokens": 4}\n{"num_tokens": "4"}\n', "jsonl", r"integer lengths.*line 2 holds '4'"),
+    ("10\n0\n", "txt", r"a file of positive lengths.*; line 2 holds 0\."),
+    ("num_tokens\n10\n-3\n-4\n", "csv", r"positive lengths.*row 2 of column num_tokens holds -3 \(1 more rows"),
+    ("tokens\n10\n", "csv", r"a table with a num_tokens or length column.*found columns: tokens"),
+    ('{"num_tokens": 4}\n{"tokens": 4}\n', "jsonl", r"num_tokens or length field.*line 2"),
+    ('{"num_tokens": 4}\nnot json\n', "jsonl", r"a JSON Lines file.*line 2"),
+    ("", "txt", r"a non-empty length file"),
+    ("\n\n", "txt", r"a non-empty length file"),
+    ("", "csv", r"a non-empty length file"),
+    ("num_tokens\n", "csv", r"a non-empty length file"),
+    ("", "jsonl", r"a non-empty length file"),
+])
+def test_user_file_errors(tmp_path: Path, content: str, fmt: str, message: str) -> None:
+    path = tmp_path / f"bad.{fmt}"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=r"^'workload.dataset' must be .*" + message):
+        Workload(dataset=str(path), global_batch_size=4).validate()
+
+
+def test_parquet_missing_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.parquet"
+    pd.DataFrame({"tokens": [1, 2]}).to_parquet(path)
+    with pytest.raises(ConfigError, match=r"num_tokens or length column.*found columns: tokens"):
+        load_dataset(str(path))
+
+
+def test_missing_file_and_unknown_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'workload.dataset' must be an existing length file.*nope.txt"):
+        Workload(dataset=str(tmp_path / "nope.txt"), global_batch_size=4).validate()
+    with pytest.raises(ConfigError, match=r"built-in dataset \(azure-conv, chatqa2-long-sft, chunkflow-eval, "
+                                          r"docs-long, lmsys-chat-1m.*wikipedia-skrull\).*'lmsys'"):
+        Workload(dataset="lmsys", global_batch_size=4).validate()
+    other = tmp_path / "lengths.xlsx"
+    other.write_text("1\n")
+    with pytest.raises(ConfigError, match=r"a length file ending in .txt, .csv, .parquet, .jsonl"):
+        load_dataset(str(other))
+
+
+def test_edited_file_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "l.txt"
+    path.write_text("10\n")
+    assert load_dataset(str(path)).num_tokens.tolist() == [10]
+    path.write_text("10\n20\n")
+    assert load_dataset(str(path)).num_tokens.tolist() == [10, 20]
