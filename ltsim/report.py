@@ -86,3 +86,20 @@ def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
 
 def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False, default=str)
+
+
+def format_sweep(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, top: int = 20) -> str:
+    """The ranked sweep: grid values, time, speedup over the slowest fitting plan, memory, fits."""
+    fitting = [r for r in rows if r.get("fits") and "error" not in r]
+    worst = max((r["iteration_time_s"] for r in fitting), default=0.0)
+    shown = [{**r, "speedup": worst / r["iteration_time_s"] if r.get("iteration_time_s") else None}
+             for r in rows[:top]]
+    columns = [(k, k.split(".")[-1], str) for k in keys] + [
+        c for c in COMPARE_COLUMNS if c[0] not in ("label", "recompute_ratio")]
+    columns = [(k, "vs slowest" if k == "speedup" else h, f) for k, h, f in columns]
+    text = format_table(shown, columns)
+    errors = [r for r in rows if "error" in r]
+    text += f"\n{len(rows)} plans, {len(fitting)} fit"
+    if errors:
+        text += f", {len(errors)} rejected (first: {errors[0]['error']})"
+    return text

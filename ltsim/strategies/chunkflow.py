@@ -18,10 +18,11 @@ chunk 1's dK/dV reached it. Descending order is the only one that keeps gradient
 executor's state store checks it). Peak activation memory per group is K chunks, plus the K/V
 state (and its gradients) of the sequence.
 
-Memory effects per stage: a kept chunk allocates ``act`` at F; a discarded one allocates ``act``
-and frees it within its F (a transient), and keeps ``ckpt`` (its stage input) until its backward;
-every chunk but the last allocates ``kv``; the group's first backward (chunk N-1) allocates
-``kv_grad`` for chunks 0..N-2; each chunk's B frees its own buffers.
+Memory effects per stage: a kept chunk allocates ``act`` at F (its K/V are part of it); a
+discarded one allocates ``act`` and frees it within its F (a transient), keeping ``ckpt`` (its
+stage input) and ``kv`` (its K/V, unless it is the last chunk) until its R, which rebuilds ``act``
+and releases ``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks
+0..N-2; each chunk's B frees its own buffers.
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
 descending order). After the usual warm-up of min(p - stage - 1, m) forwards it alternates one
@@ -97,19 +98,21 @@ def group_actions(ids: list[int], k: int, full_recompute: bool) -> tuple[list[li
     kept = set(ids[max(n - k, 0):]) if not full_recompute else set()
     fwd: list[list[Action]] = []
     for i, c in enumerate(ids):
-        state = ("kv",) if i < n - 1 else ()
-        if c in kept:
-            fwd.append([Action(OpKind.F, c, allocs=("act",) + state)])
+        if c in kept:  # its K/V live inside its activations until its backward
+            fwd.append([Action(OpKind.F, c, allocs=("act",))])
         else:
+            state = ("kv",) if i < n - 1 else ()
             fwd.append([Action(OpKind.F, c, allocs=("act", "ckpt") + state, frees=("act",))])
     bwd: list[list[Action]] = []
     for i in range(n - 1, -1, -1):
         c = ids[i]
         grads = tuple(("kv_grad", ids[j]) for j in range(i)) if i == n - 1 else ()
-        frees = ("act",) + (("kv", "kv_grad") if i < n - 1 else ())
+        frees = ("act",) + (("kv_grad",) if i < n - 1 else ())
         deps = ((OpKind.B, ids[i + 1]),) if i < n - 1 else ()
-        item = [] if c in kept else [Action(OpKind.R, c, allocs=("act",))]
-        frees += () if c in kept else ("ckpt",)
+        item = []
+        if c not in kept:  # second forward; its K/V are again part of the activations
+            item.append(Action(OpKind.R, c, allocs=("act",), frees=("kv",) if i < n - 1 else ()))
+            frees += ("ckpt",)
         item.append(Action(OpKind.B, c, allocs=grads, frees=frees, extra_deps=deps))
         bwd.append(item)
     return fwd, bwd
