@@ -8,8 +8,9 @@ forward  = layers x (GEMMs + attention + elementwise + TP collectives) [+ LM hea
     QKV (T, h) @ (h, (h + 2 kv_h)/tp); out (T, h/tp) @ (h/tp, h); MLP up (T, h) @ (h, g ffn/tp),
     g = 2 for SwiGLU else 1; down (T, ffn/tp) @ (ffn/tp, h)
   attention: per slice, q = its tokens, kv = context + q, heads/tp, from attention.csv; ring CP
-    splits the work over cp ranks and overlaps the K/V ring exchange with it (time = max of the
-    two), Ulysses runs heads/(tp*cp) on the whole slice plus four all-to-alls per layer
+    splits the work over cp ranks and overlaps the chunk's K/V ring exchange (cp - 1 P2P steps,
+    twice in backward) with it (time = max of the two); Ulysses runs heads/(tp*cp) on each slice
+    plus four all-to-alls of the chunk per layer
   elementwise: norms, residual adds, RoPE, activation as bytes moved / HBM bandwidth (analytic;
     ~(10 h + 3 g ffn/tp) x dtype bytes per token per layer, counted from the Megatron layer)
   TP: with SP 2 all-gathers + 2 reduce-scatters of T h e bytes per layer, else 2 all-reduces
@@ -98,27 +99,31 @@ class TableCostModel:
         return gemm + elementwise, comm
 
     def _attention_s(self, q: int, kv: int, pass_: str) -> float:
-        """One layer's attention over one slice on one GPU, CP included."""
+        """One layer's attention kernel over one slice on one GPU (CP splits the work or heads)."""
         m, par = self.model, self.parallel
         heads = max(1, m.num_attention_heads // par.tp)
         kv_heads = max(1, m.num_kv_heads // par.tp)
-        if par.cp == 1:
-            return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
+        if par.cp > 1 and par.cp_kind == "ulysses":
+            return self.profile.attention_time_s(q, kv, num_heads=max(1, heads // par.cp),
+                                                 num_kv_heads=max(1, kv_heads // par.cp),
                                                  head_dim=m.head_dim, pass_=pass_)
-        span = par.tp * par.cp
-        if par.cp_kind == "ulysses":
-            local = self.profile.attention_time_s(q, kv, num_heads=max(1, heads // par.cp),
-                                                  num_kv_heads=max(1, kv_heads // par.cp),
-                                                  head_dim=m.head_dim, pass_=pass_)
-            a2a_bytes = (q / par.cp) * (2 * m.hidden_size + 2 * m.kv_hidden_size) / par.tp * self.e
-            return local + self._coll("all_to_all", par.cp, span, a2a_bytes)
         # Ring (Megatron CP with load-balanced zig-zag chunks): each rank does 1/cp of the work.
-        compute = self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
-                                                head_dim=m.head_dim, pass_=pass_) / par.cp
-        kv_bytes = (kv / par.cp) * 2 * m.kv_hidden_size / par.tp * self.e
+        return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
+                                             head_dim=m.head_dim, pass_=pass_) / par.cp
+
+    def _cp_comm_s(self, chunk: Chunk, pass_: str) -> float:
+        """One layer's CP traffic for a whole packed chunk (one ring pass or one set of all-to-alls,
+        not one per sequence: packed THD batches exchange all their K/V together)."""
+        m, par = self.model, self.parallel
+        if par.cp == 1:
+            return 0.0
+        span, tokens = par.tp * par.cp, chunk.num_tokens / par.cp
+        if par.cp_kind == "ulysses":  # q, k, v in and the output back: four all-to-alls
+            a2a_bytes = tokens * (2 * m.hidden_size + 2 * m.kv_hidden_size) / par.tp * self.e
+            return self._coll("all_to_all", par.cp, span, a2a_bytes)
+        kv_bytes = tokens * 2 * m.kv_hidden_size / par.tp * self.e
         factor = 2 if pass_ == "bwd" else 1  # backward also returns dK/dV around the ring
-        ring = (par.cp - 1) * factor * self._coll("send_recv", 2, span, kv_bytes)
-        return max(compute, ring)
+        return (par.cp - 1) * factor * self._coll("send_recv", 2, span, kv_bytes)
 
     # -- ops ----------------------------------------------------------------------------------------
     def _chunk_s(self, chunk: Chunk, stage: int, plan: Plan, kind: OpKind) -> float:
@@ -128,6 +133,11 @@ class TableCostModel:
         dense, tp_comm = self._layer_fwd(tokens)
         attn_pass = "bwd" if kind is OpKind.B else "fwd"
         attn = sum(self._attn(s.num_tokens, s.stop, attn_pass) for s in chunk.slices)
+        cp_comm = self._cp_comm_s(chunk, attn_pass)
+        if self.parallel.cp_kind == "ring":
+            attn = max(attn, cp_comm)  # the ring exchange overlaps the attention blocks
+        else:
+            attn += cp_comm
         scale = 2.0 if kind is OpKind.B else 1.0
         total = layers * (scale * dense + attn + tp_comm)
         if stage == plan.num_stages - 1 and kind is not OpKind.R:

@@ -36,21 +36,18 @@ class Engine:
     def run(self, plan: Plan) -> Trace:
         env = simpy.Environment()
         ops = list(plan.ops())
-        done = {op.key: env.event() for op in ops}
-        duration = {op.key: self.cost.duration_s(op, plan) for op in ops}
-        buffer_cache: dict[str, int] = {}
-
-        def nbytes(buf) -> int:
-            size = buffer_cache.get(buf.name)
-            if size is None:
-                size = buffer_cache[buf.name] = self.cost.buffer_bytes(buf, plan)
-            return size
-
+        needed = {dep for op in ops for dep in op.deps}
+        done = {key: env.event() for key in needed}  # only ops that something waits for
         static = [self.cost.static_memory_bytes(d, plan) for d in range(plan.num_devices)]
         level = list(static)
         memory: list[tuple[float, int, int]] = []
         events: list[Event] = []
         barriers: dict[tuple, _Barrier] = {}
+        nbytes = self._buffer_sizer(plan)
+        steps = {id(op): (tuple(done[d] for d in op.deps), self.cost.duration_s(op, plan),
+                          sum(map(nbytes, op.allocs)), sum(map(nbytes, op.frees)),
+                          op.kind is OpKind.COLL and len(op.group) > 1, done.get(op.key))
+                 for op in ops}
 
         def arrive(op: Op):
             key = (op.token, op.group)
@@ -63,35 +60,50 @@ class Engine:
             return barrier.event
 
         def run_program(program):
+            stream = program.stream
             for op in program.ops:
-                for dep in op.deps:
-                    event = done[dep]
+                deps, dur, alloc, free, is_coll, finished = steps[id(op)]
+                for event in deps:
                     if not event.processed:
                         yield event
-                if op.kind is OpKind.COLL and len(op.group) > 1:
+                if is_coll:
                     yield arrive(op)
                 start = env.now
+                device = op.device
                 if op.allocs:
-                    level[op.device] += sum(nbytes(b) for b in op.allocs)
-                    memory.append((start, op.device, level[op.device]))
-                dur = duration[op.key]
+                    level[device] += alloc
+                    memory.append((start, device, level[device]))
                 if dur > 0:
                     yield env.timeout(dur)
                 if op.frees:
-                    level[op.device] -= sum(nbytes(b) for b in op.frees)
-                    memory.append((env.now, op.device, level[op.device]))
-                events.append(Event(op.device, program.stream, op.token, op.kind.value, op.stage,
-                                    op.chunk, start, env.now))
-                done[op.key].succeed()
+                    level[device] -= free
+                    memory.append((env.now, device, level[device]))
+                events.append(Event(device, stream, op.token, op.kind.value, op.stage, op.chunk,
+                                    start, env.now))
+                if finished is not None:
+                    finished.succeed()
 
         for program in plan.programs:
             env.process(run_program(program))
         env.run()
-        unfinished = [op.key for op in ops if not done[op.key].triggered]
-        if unfinished:
+        expected = sum(len(p.ops) for p in plan.programs)
+        if len(events) != expected:
+            ran = {(e.device, e.token) for e in events}
+            stuck = next(op.key for op in ops if (op.device, op.token) not in ran)
             from ltsim.errors import PlanError
 
-            raise PlanError(f"{plan.strategy}: {len(unfinished)} ops never ran (deadlock), first "
-                            f"{unfinished[0]}\n{plan.grid(mark=unfinished[0])}")
+            raise PlanError(f"{plan.strategy}: {expected - len(events)} ops never ran (deadlock), "
+                            f"first {stuck}\n{plan.grid(mark=stuck)}")
         events.sort(key=lambda e: (e.start_s, e.device, e.stream))
         return Trace(events=tuple(events), memory=tuple(memory), static_bytes=tuple(static))
+
+    def _buffer_sizer(self, plan: Plan):
+        cache: dict[str, int] = {}
+
+        def nbytes(buf) -> int:
+            size = cache.get(buf.name)
+            if size is None:
+                size = cache[buf.name] = self.cost.buffer_bytes(buf, plan)
+            return size
+
+        return nbytes
