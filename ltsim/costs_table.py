@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ltsim import memory as mem
+import ltsim.memory as mem
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.parallel import ParallelConfig

@@ -1,0 +1,378 @@
+"""Profile tables: the on-disk format (DESIGN.md section 7), reading, writing and lookups.
+
+A profile is a directory holding ``meta.json`` and CSV tables whose column names carry units:
+
+- ``gemm.csv``: m, n, k, dtype, time_s  (C[m,n] = A[m,k] @ B[k,n])
+- ``attention.csv``: q_tokens, kv_tokens, num_heads, num_kv_heads, head_dim, causal, pass, time_s
+  (pass is "fwd" or "bwd"; kv_tokens counts the context plus the query tokens)
+- ``collectives.csv``: op, group_size, scope, bytes, time_s  (op in all_reduce, all_gather,
+  reduce_scatter, all_to_all, send_recv; scope "intra" or "inter" node)
+- optional tables the cost model uses (``elementwise.csv``, ``memory.csv``) with the same rules.
+
+Every table may carry extra columns (``source``, ``method`` = measured|published|analytic,
+``time_s_spread``, ``kernel``); ``meta.json`` records the provenance of every table.
+meta.json's ``tables.gemm.m_quantum`` turns on GEMM tile plateaus (ltsim.lookup.MonotoneCurve);
+``tables.attention.default_kernel`` names the default of a ``kernel`` column.
+
+``load_profile(name_or_path)`` returns a cached ``Profile`` whose methods answer in seconds:
+``gemm_time_s``, ``attention_time_s``, ``collective_time_s`` (interpolation schemes in
+ltsim.lookup and ``CollectiveLookup`` below); lookups outside the tables are recorded as warnings
+(``warnings()``, ``take_warnings()``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ltsim.errors import ProfileError
+from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, MonotoneCurve,
+                          Notes)
+
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "dtype", "time_s"),
+    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "causal",
+                  "pass", "time_s"),
+    "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
+}
+REQUIRED_TABLES = ("gemm", "attention", "collectives")
+METHODS = ("measured", "published", "analytic")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileMeta:
+    """meta.json: what device the tables describe and how they were made."""
+
+    device: str
+    memory_bytes: int
+    method: str  # measured | published | analytic | mixed
+    date: str
+    software: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-table provenance
+    command: str = ""
+    notes: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
+    """Write meta.json into ``directory`` (created if needed)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / "meta.json"
+    out.write_text(json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_meta(directory: str | Path) -> ProfileMeta:
+    """Read meta.json; raises ProfileError when it is missing or malformed."""
+    path = Path(directory) / "meta.json"
+    if not path.is_file():
+        raise ProfileError(f"profile '{directory}' has no meta.json. Fix: point hardware.profile at a "
+                           "directory written by `ltsim profile` or a script under profiles/")
+    try:
+        data = json.loads(path.read_text())
+        return ProfileMeta(**data)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ProfileError(f"{path}: unreadable meta.json ({exc})") from exc
+
+
+def write_table(directory: str | Path, name: str, frame: pd.DataFrame) -> Path:
+    """Write one table as ``<name>.csv``, checking its required columns first.
+
+    Writes to a temporary file and renames it, so an interrupted run never leaves half a table.
+    """
+    check_table(name, frame, source=str(directory))
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / f"{name}.csv"
+    tmp = out.with_suffix(".csv.tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def read_table(directory: str | Path, name: str) -> pd.DataFrame:
+    """Read ``<name>.csv`` from a profile directory; raises ProfileError if missing, empty or bad."""
+    path = Path(directory) / f"{name}.csv"
+    if not path.is_file():
+        raise ProfileError(f"profile '{directory}' has no {name}.csv. Fix: re-run the profiler or the "
+                           f"profile's build script so it writes {name}.csv")
+    frame = pd.read_csv(path, comment="#")
+    check_table(name, frame, source=str(path))
+    return frame
+
+
+def check_table(name: str, frame: pd.DataFrame, *, source: str) -> None:
+    """Raise ProfileError when a table lacks a required column, is empty, or has bad times."""
+    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in frame.columns]
+    if missing:
+        raise ProfileError(f"{source}: table '{name}' lacks column(s) {', '.join(missing)} "
+                           f"(has {', '.join(map(str, frame.columns))}). Fix: columns must be "
+                           f"{', '.join(TABLE_COLUMNS[name])}")
+    if frame.empty:
+        raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
+    if "time_s" in frame.columns and not (pd.to_numeric(frame["time_s"], errors="coerce") > 0).all():
+        raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive numbers")
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives (the GEMM and attention lookups live in ltsim.lookup).
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+              "alltoall": "all_to_all", "all2all": "all_to_all", "p2p": "send_recv",
+              "sendrecv": "send_recv"}
+
+
+def bus_factor(op: str, group_size: int) -> float:
+    """nccl-tests bus-bandwidth factor (NVIDIA nccl-tests doc/PERFORMANCE.md): busbw = algbw x this."""
+    n = group_size
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op == "send_recv":
+        return 1.0
+    return (n - 1) / n
+
+
+class CollectiveLookup:
+    """Collective time from (op, group_size, scope) curves over bytes.
+
+    ``bytes`` is the nccl-tests "size": the full buffer (all_reduce in = out, all_gather output,
+    reduce_scatter input, all_to_all send buffer per rank, send_recv message). At equal bus
+    bandwidth all_gather, reduce_scatter and all_to_all then take half the all_reduce time of the
+    same bytes; a missing op is derived that way (send_recv from a 2-rank all_reduce). A missing
+    group size uses the nearest one, rescaled by the bus factor; a missing scope uses the other.
+    """
+
+    __slots__ = ("_curves",)
+
+    def __init__(self, rows: list[tuple[str, int, str, float, float]]) -> None:
+        points: dict[tuple[str, str, int], tuple[list[float], list[float]]] = {}
+        for op, group, scope, num_bytes, t in rows:
+            xs, ys = points.setdefault((OP_ALIASES.get(op, op), scope, int(group)), ([], []))
+            xs.append(float(num_bytes))
+            ys.append(float(t))
+        self._curves: dict[tuple[str, str], dict[int, MonotoneCurve]] = {}
+        for (op, scope, group), (xs, ys) in sorted(points.items()):
+            self._curves.setdefault((op, scope), {})[group] = MonotoneCurve.fit(xs, ys)
+
+    def _source(self, op: str, scope: str, notes: Notes) -> tuple[str, str, float]:
+        scopes = (scope, "inter" if scope == "intra" else "intra")
+        for s in scopes:
+            if (op, s) in self._curves:
+                base, factor = op, 1.0
+            elif (("all_reduce", s) in self._curves and op != "all_reduce"):
+                base, factor = "all_reduce", (1.0 if op == "send_recv" else 0.5)
+                notes.append(("text", f"collectives: no {op} rows ({s}); derived from all_reduce "
+                              f"x {factor:g} (bus-bandwidth ratio)"))
+            else:
+                continue
+            if s != scope:
+                notes.append(("text", f"collectives: no {scope}-node rows for {op}; using {s}"))
+            return base, s, factor
+        raise KeyError(op)
+
+    def time_s(self, op: str, group_size: int, scope: str, num_bytes: float, notes: Notes) -> float:
+        base, s, factor = self._source(op, scope, notes)
+        curves = self._curves[(base, s)]
+        want = 2 if op == "send_recv" else group_size
+        table_group = min(curves, key=lambda g: (abs(math.log(g / want)), -g))
+        if table_group != want:
+            factor *= bus_factor(base, want) / bus_factor(base, table_group)
+            notes.append(("text", f"collectives: {base} group_size={want} ({s}) not in table; "
+                          f"used {table_group} scaled by the bus factor"))
+        t, where = curves[table_group](num_bytes)
+        if where != INSIDE:
+            curve = curves[table_group]
+            bound = curve.x_max if where == ABOVE else curve.x_min
+            notes.append(("range", "collectives", f"{op} bytes", num_bytes, bound, where))
+        return factor * t
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and lookups.
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+_CACHE: dict[tuple[Path, str], "Profile"] = {}
+_CACHE_ENTRIES = 200_000  # lookups remembered per Profile
+_HOW = {ABOVE: ("above measured max", "extrapolated at constant throughput"),
+        BELOW: ("below measured min", "held at the smallest measured point")}
+
+
+def available_profiles() -> list[str]:
+    """Names of the profile directories (with a meta.json) under the repository's profiles/."""
+    if not PROFILES_DIR.is_dir():
+        return []
+    return sorted(p.name for p in PROFILES_DIR.iterdir() if (p / "meta.json").is_file())
+
+
+def resolve_profile(directory: str | Path) -> Path:
+    """A bare name ("h100-sxm5-80gb") is looked up in the repository's profiles/ first, then as a
+    path; a path is tried as given, then relative to the repository. Raises ProfileError."""
+    text = str(directory)
+    bare = "/" not in text and "\\" not in text
+    candidates = ([PROFILES_DIR / text, Path(text)] if bare
+                  else [Path(text), PROFILES_DIR.parent / text])
+    for path in candidates:
+        if path.is_dir():
+            return path.resolve()
+    raise ProfileError(f"unknown profile '{text}' (no such directory). Available in {PROFILES_DIR}: "
+                       f"{', '.join(available_profiles()) or 'none'}. Fix: use one of these names "
+                       "or the path of a directory written by `ltsim profile`")
+
+
+def load_profile(directory: str | Path, *, attention_kernel: str | None = None) -> "Profile":
+    """Load (and cache by resolved path and kernel) a profile. Raises ProfileError.
+
+    The cached Profile is shared: its warnings accumulate across callers, so a run should
+    ``take_warnings()`` before it starts and when it ends.
+    """
+    path = resolve_profile(directory)
+    key = (path, attention_kernel or "")
+    if key not in _CACHE:
+        _CACHE[key] = Profile(path, attention_kernel=attention_kernel)
+    return _CACHE[key]
+
+
+def _rows(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[tuple]:
+    return list(frame.loc[:, list(columns)].itertuples(index=False, name=None))
+
+
+class Profile:
+    """Cost tables of one device: GEMM, attention and collective times in seconds.
+
+    Lookups interpolate in log-log space (see ``ltsim.lookup`` for the schemes and their
+    extrapolation rules) and record every lookup outside the tabulated range as a warning.
+    """
+
+    __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_attention", "_collectives",
+                 "_cache", "_range_notes", "_text_notes")
+
+    def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
+        self.path = Path(directory)
+        self.meta = read_meta(self.path)
+        gemm = read_table(self.path, "gemm")
+        attention = read_table(self.path, "attention")
+        collectives = read_table(self.path, "collectives")
+        quantum = int(self.meta.tables.get("gemm", {}).get("m_quantum", 0))
+        self._gemm = GemmLookup(_rows(gemm, ("dtype", "m", "n", "k", "time_s")), quantum=quantum)
+        if "kernel" not in attention.columns:
+            attention = attention.assign(kernel="default")
+        attention = attention.assign(causal=attention["causal"].map(_as_bool))
+        self._attention = AttentionLookup(_rows(attention, (
+            "kernel", "pass", "causal", "head_dim", "num_heads", "q_tokens", "kv_tokens", "time_s")))
+        self._collectives = CollectiveLookup(
+            _rows(collectives, ("op", "group_size", "scope", "bytes", "time_s")))
+        kernels = self._attention.kernels
+        default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
+        self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
+        if self.attention_kernel not in kernels:
+            raise ProfileError(f"{self.path}: attention_kernel must be one of {', '.join(kernels)} "
+                               f"(got {self.attention_kernel!r})")
+        self._cache: dict[tuple, tuple[float, tuple]] = {}
+        self._range_notes: dict[tuple[str, str, float, int], float] = {}
+        self._text_notes: set[str] = set()
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.meta.memory_bytes)
+
+    def __repr__(self) -> str:
+        return f"Profile({str(self.path)!r}, device={self.meta.device!r})"
+
+    # -- lookups ------------------------------------------------------------------------------
+    def gemm_time_s(self, m: int, n: int, k: int, dtype: str = "bf16") -> float:
+        """Seconds for C[m,n] = A[m,k] @ B[k,n]. Non-decreasing in m. Raises ProfileError for a
+        dtype the table lacks (bf16 and fp16 stand in for each other)."""
+        if min(m, n, k) <= 0:
+            return 0.0
+        dtypes = self._gemm.dtypes
+        use = dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
+        if use not in dtypes:
+            raise ProfileError(f"{self.path}: gemm.csv has no rows for dtype {dtype!r} (has "
+                               f"{', '.join(dtypes)}). Fix: profile that dtype or change model.dtype")
+        return self._cached(("gemm", m, n, k, use),
+                            lambda notes: self._gemm.time_s(m, n, k, use, notes))
+
+    def attention_time_s(self, q_tokens: int, kv_tokens: int, *, num_heads: int, num_kv_heads: int,
+                         head_dim: int, causal: bool = True, pass_: str = "fwd") -> float:
+        """Seconds of one attention kernel pass (``pass_`` "fwd" or "bwd") over one sequence slice:
+        q_tokens queries against kv_tokens keys (context plus the slice itself), at the packed
+        (varlen) throughput of the tables. num_kv_heads does not change the time (GQA)."""
+        if pass_ not in ("fwd", "bwd"):
+            raise ValueError(f"pass_ must be 'fwd' or 'bwd' (got {pass_!r})")
+        if min(q_tokens, kv_tokens, num_heads, head_dim) <= 0:
+            return 0.0
+        key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_)
+        return self._cached(key, lambda notes: self._attention.time_s(
+            q_tokens, kv_tokens, num_heads=num_heads, head_dim=head_dim, causal=bool(causal),
+            pass_=pass_, kernel=self.attention_kernel, notes=notes))
+
+    def collective_time_s(self, op: str, *, group_size: int, scope: str, num_bytes: int) -> float:
+        """Seconds of one collective over ``group_size`` ranks (scope "intra" or "inter" node);
+        ``num_bytes`` is the full buffer (nccl-tests size). 0 for one rank or no bytes."""
+        name = OP_ALIASES.get(op, op)
+        if name not in COLLECTIVE_OPS:
+            raise ValueError(f"op must be one of {', '.join(COLLECTIVE_OPS)} (got {op!r})")
+        if scope not in ("intra", "inter"):
+            raise ValueError(f"scope must be 'intra' or 'inter' (got {scope!r})")
+        if group_size <= 1 or num_bytes <= 0:
+            return 0.0
+        key = ("collective", name, group_size, scope, num_bytes)
+        try:
+            return self._cached(key, lambda notes: self._collectives.time_s(
+                name, group_size, scope, num_bytes, notes))
+        except KeyError:
+            raise ProfileError(f"{self.path}: collectives.csv has no {name} or all_reduce rows. "
+                               "Fix: re-run the profiler with collectives") from None
+
+    # -- warnings -----------------------------------------------------------------------------
+    def warnings(self) -> list[str]:
+        """Lookups outside the tables and approximations used so far, de-duplicated, sorted."""
+        out = set(self._text_notes)
+        for (table, dim, bound, where), value in self._range_notes.items():
+            text, how = _HOW[where]
+            out.add(f"{table}: {dim}={value:g} {text} {bound:g} ({how})")
+        return sorted(out)
+
+    def take_warnings(self) -> list[str]:
+        """``warnings()``, then forget them."""
+        out = self.warnings()
+        self._range_notes.clear()
+        self._text_notes.clear()
+        return out
+
+    def _cached(self, key: tuple, compute) -> float:
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= _CACHE_ENTRIES:  # bound memory in long sweeps
+                self._cache.clear()
+            notes: list[tuple] = []
+            hit = (compute(notes), tuple(notes))
+            self._cache[key] = hit
+        for note in hit[1]:
+            self._note(note)
+        return hit[0]
+
+    def _note(self, note: tuple) -> None:
+        if note[0] == "text":
+            self._text_notes.add(note[1])
+            return
+        _, table, dim, value, bound, where = note
+        key = (table, dim, float(bound), where)
+        old = self._range_notes.get(key)
+        if old is None or (value > old if where == ABOVE else value < old):
+            self._range_notes[key] = float(value)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)

@@ -1,0 +1,291 @@
+"""Profile tables: loader errors, exact table points, monotone lookups, range warnings, and the
+shipped profiles answering the cost model's whole range (ltsim/profiles.py, ltsim/lookup.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltsim.errors import ProfileError
+from ltsim.lookup import attention_work
+from ltsim.profiles import (PROFILES_DIR, Profile, ProfileMeta, load_profile, read_table,
+                            write_meta, write_table)
+
+SHIPPED = ["a100-sxm4-80gb", "h100-sxm5-80gb", "h200"]
+POWERS = [2**i for i in range(4, 13)]  # 16 .. 4096
+
+
+def _gemm_frame() -> pd.DataFrame:
+    rows = []
+    for n, k in [(1024, 1024), (4096, 1024), (1024, 4096), (4096, 4096)]:
+        for m in POWERS:  # 5 us floor, then 100 TFLOP/s
+            rows.append((m, n, k, "bf16", 5e-6 + 2.0 * m * n * k / 100e12))
+    return pd.DataFrame(rows, columns=["m", "n", "k", "dtype", "time_s"])
+
+
+def _attention_frame() -> pd.DataFrame:
+    rows = []
+    for causal in (True, False):
+        for pass_, factor in (("fwd", 1.0), ("bwd", 2.5)):
+            for q in POWERS:
+                for kv in POWERS:
+                    if causal and kv < q:
+                        continue
+                    t = 2e-6 + factor * 4 * 128 * 16 * attention_work(q, kv, causal) / 200e12
+                    rows.append((q, kv, 16, 16, 128, causal, pass_, t))
+    return pd.DataFrame(rows, columns=["q_tokens", "kv_tokens", "num_heads", "num_kv_heads",
+                                       "head_dim", "causal", "pass", "time_s"])
+
+
+def _collective_frame() -> pd.DataFrame:
+    rows = [("all_reduce", g, "intra", b, 10e-6 + 2 * (g - 1) / g * b / 100e9)
+            for g in (2, 8) for b in [2**i for i in range(10, 31, 2)]]
+    rows += [("send_recv", 2, "inter", b, 20e-6 + b / 10e9) for b in [2**i for i in range(10, 31, 2)]]
+    return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_s"])
+
+
+def _write_profile(directory, **tables: pd.DataFrame) -> str:
+    frames = {"gemm": _gemm_frame(), "attention": _attention_frame(),
+              "collectives": _collective_frame(), **tables}
+    for name, frame in frames.items():
+        write_table(directory, name, frame)
+    write_meta(directory, ProfileMeta(device="toy", memory_bytes=2**30, method="analytic",
+                                      date="2026-01-01"))
+    return str(directory)
+
+
+@pytest.fixture()
+def toy(tmp_path) -> Profile:
+    return load_profile(_write_profile(tmp_path / "toy"))
+
+
+# -- loader errors ---------------------------------------------------------------------------
+def test_missing_column(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    (tmp_path / "p" / "gemm.csv").write_text("m,n,k,dtype\n1,2,3,bf16\n")
+    with pytest.raises(ProfileError, match=r"table 'gemm' lacks column\(s\) time_s"):
+        Profile(directory)
+
+
+def test_empty_table(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    (tmp_path / "p" / "attention.csv").write_text(",".join(_attention_frame().columns) + "\n")
+    with pytest.raises(ProfileError, match="table 'attention' is empty"):
+        Profile(directory)
+
+
+def test_missing_meta(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    (tmp_path / "p" / "meta.json").unlink()
+    with pytest.raises(ProfileError, match="has no meta.json"):
+        Profile(directory)
+
+
+def test_missing_table(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    (tmp_path / "p" / "collectives.csv").unlink()
+    with pytest.raises(ProfileError, match="has no collectives.csv"):
+        Profile(directory)
+
+
+def test_unknown_profile_lists_available():
+    with pytest.raises(ProfileError, match=r"unknown profile 'no-such-gpu'.*h100-sxm5-80gb"):
+        load_profile("no-such-gpu")
+
+
+def test_unknown_dtype_and_kernel(toy, tmp_path):
+    with pytest.raises(ProfileError, match="no rows for dtype 'fp32'"):
+        toy.gemm_time_s(16, 1024, 1024, dtype="fp32")
+    assert toy.gemm_time_s(16, 1024, 1024, dtype="fp16") == toy.gemm_time_s(16, 1024, 1024)
+    with pytest.raises(ProfileError, match="attention_kernel must be one of default"):
+        Profile(toy.path, attention_kernel="fa9")
+
+
+def test_bare_name_resolves_and_caches():
+    assert load_profile("h100-sxm5-80gb") is load_profile(PROFILES_DIR / "h100-sxm5-80gb")
+
+
+# -- exact table points ------------------------------------------------------------------------
+def test_gemm_reproduces_points(toy):
+    for m, n, k, _, t in _gemm_frame().itertuples(index=False):
+        assert toy.gemm_time_s(m, n, k) == pytest.approx(t, rel=1e-12)
+    assert toy.take_warnings() == []
+
+
+def test_attention_reproduces_points(toy):
+    for q, kv, heads, kv_heads, hd, causal, pass_, t in _attention_frame().itertuples(index=False):
+        got = toy.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads, head_dim=hd,
+                                   causal=causal, pass_=pass_)
+        assert got == pytest.approx(t, rel=1e-12)
+
+
+def test_collectives_reproduce_points(toy):
+    for op, g, scope, b, t in _collective_frame().itertuples(index=False):
+        assert toy.collective_time_s(op, group_size=g, scope=scope, num_bytes=b) == \
+            pytest.approx(t, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_published_attention_points_exact(name):
+    profile = load_profile(name)
+    rows = read_table(profile.path, "attention")
+    rows = rows[(rows.method == "published") & (rows.kernel == profile.attention_kernel)]
+    assert len(rows) >= 40
+    for r in rows.itertuples(index=False):
+        got = profile.attention_time_s(r.q_tokens, r.kv_tokens, num_heads=r.num_heads,
+                                       num_kv_heads=r.num_kv_heads, head_dim=r.head_dim,
+                                       causal=bool(r.causal), pass_=r._6)
+        assert got == pytest.approx(r.time_s, rel=1e-9)
+
+
+def test_scattered_attention_table(tmp_path):
+    """A profiler's (q, kv) pairs form no grid: inverse-distance weighting of time per work."""
+    pairs = [(16, 16), (16, 64), (16, 2048), (128, 128), (128, 512), (128, 2048), (1024, 1024),
+             (1024, 2048)]
+    frame = pd.DataFrame([(q, kv, 4, 4, 64, True, p, 1e-6 + 4 * 64 * 4 * attention_work(q, kv, True)
+                           / (50e12 if q < 128 else 80e12)) for q, kv in pairs for p in ("fwd", "bwd")],
+                         columns=_attention_frame().columns)
+    profile = load_profile(_write_profile(tmp_path / "p", attention=frame))
+    args = dict(num_heads=4, num_kv_heads=4, head_dim=64)
+    for q, kv, *_, pass_, t in frame.itertuples(index=False):
+        assert profile.attention_time_s(q, kv, pass_=pass_, **args) == pytest.approx(t, rel=1e-12)
+    low, high = (profile.attention_time_s(q, kv, **args) for q, kv in ((128, 512), (1024, 2048)))
+    assert low < profile.attention_time_s(512, 1024, **args) < high
+
+
+# -- scaling rules -------------------------------------------------------------------------------
+def test_attention_scales_with_heads_and_head_dim(toy):
+    base = toy.attention_time_s(1024, 4096, num_heads=16, num_kv_heads=4, head_dim=128)
+    assert toy.attention_time_s(1024, 4096, num_heads=32, num_kv_heads=8, head_dim=128) == \
+        pytest.approx(2 * base)
+    assert toy.attention_time_s(1024, 4096, num_heads=16, num_kv_heads=16, head_dim=64) == \
+        pytest.approx(base / 2)
+    assert toy.warnings() == ["attention: head_dim=64 outside measured 128..128 "
+                              "(time scaled in proportion to head_dim)"]
+
+
+def test_gemm_between_shapes_is_bracketed(toy):
+    t = toy.gemm_time_s(1024, 2048, 2048)
+    assert toy.gemm_time_s(1024, 1024, 1024) < t < toy.gemm_time_s(1024, 4096, 4096)
+
+
+def test_collective_rules(toy):
+    assert toy.collective_time_s("all_reduce", group_size=1, scope="intra", num_bytes=2**20) == 0.0
+    ar = toy.collective_time_s("all_reduce", group_size=8, scope="intra", num_bytes=2**24)
+    assert toy.collective_time_s("all_gather", group_size=8, scope="intra", num_bytes=2**24) == \
+        pytest.approx(ar / 2)
+    ar4 = toy.collective_time_s("all_reduce", group_size=4, scope="intra", num_bytes=2**24)
+    assert ar4 == pytest.approx(ar * (2 * 3 / 4) / (2 * 7 / 8))  # nearest group, bus factor
+    text = " ".join(toy.take_warnings())
+    assert "no all_gather rows (intra); derived from all_reduce x 0.5" in text
+    assert "all_reduce group_size=4 (intra) not in table; used 8" in text
+    with pytest.raises(ValueError, match="op must be one of"):
+        toy.collective_time_s("broadcast", group_size=2, scope="intra", num_bytes=1)
+
+
+# -- monotone in tokens ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", SHIPPED)
+def test_gemm_monotone_in_m(name):
+    profile = load_profile(name)
+    ms = np.unique(np.geomspace(1, 400_000, 150).astype(int))
+    for n, k in [(896, 896), (1152, 896), (4608, 3584), (6144, 4096), (29568, 8192), (4096, 1792)]:
+        times = [profile.gemm_time_s(int(m), n, k) for m in ms]
+        assert np.all(np.diff(times) >= 0), (n, k)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_monotone_in_tokens(name, causal):
+    profile = load_profile(name)
+    tokens = np.unique(np.geomspace(1, 300_000, 80).astype(int))
+
+    def t(q, kv, pass_="fwd"):
+        return profile.attention_time_s(int(q), int(kv), num_heads=28, num_kv_heads=4,
+                                        head_dim=128, causal=causal, pass_=pass_)
+    for pass_ in ("fwd", "bwd"):
+        assert np.all(np.diff([t(s, s, pass_) for s in tokens]) >= 0)  # whole sequences
+        for q in (1, 300, 8192):  # more context
+            assert np.all(np.diff([t(q, kv, pass_) for kv in tokens if kv >= q]) >= 0)
+        for kv in (4096, 262144):  # a longer slice of the same sequence
+            assert np.all(np.diff([t(q, kv, pass_) for q in tokens if q <= kv]) >= 0)
+
+
+def test_collectives_monotone_in_bytes():
+    profile = load_profile("h100-sxm5-80gb")
+    sizes = np.geomspace(1, 2**35, 120)
+    for op, g, scope in [("all_reduce", 8, "intra"), ("send_recv", 2, "inter"),
+                         ("all_gather", 32, "inter"), ("all_to_all", 4, "intra")]:
+        times = [profile.collective_time_s(op, group_size=g, scope=scope, num_bytes=int(b))
+                 for b in sizes]
+        assert np.all(np.diff(times) >= 0), op
+
+
+# -- warnings ----------------------------------------------------------------------------------
+def test_out_of_range_warnings(toy):
+    toy.take_warnings()
+    inside = toy.gemm_time_s(4096, 4096, 4096)
+    assert toy.gemm_time_s(8192, 4096, 4096) == pytest.approx(2 * inside)  # constant throughput
+    toy.gemm_time_s(16384, 4096, 4096)
+    assert toy.gemm_time_s(1, 4096, 4096) == toy.gemm_time_s(16, 4096, 4096)  # latency floor
+    toy.attention_time_s(300_000, 300_000, num_heads=16, num_kv_heads=16, head_dim=128)
+    assert toy.warnings() == [
+        "attention: kv_tokens=300000 above measured max 4096 (extrapolated at constant throughput)",
+        "attention: q_tokens=300000 above measured max 4096 (extrapolated at constant throughput)",
+        "gemm: m=1 below measured min 16 (held at the smallest measured point)",
+        "gemm: m=16384 above measured max 4096 (extrapolated at constant throughput)"]
+    assert len(toy.take_warnings()) == 4
+    assert toy.warnings() == []
+    toy.gemm_time_s(16384, 4096, 4096)  # a cached lookup warns again after take_warnings()
+    assert len(toy.warnings()) == 1
+
+
+# -- shipped profiles over the cost model's range ---------------------------------------------
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_answer_whole_range(name):
+    profile = load_profile(name)
+    assert profile.meta.memory_bytes == profile.memory_bytes > 70 * 2**30
+    profile.take_warnings()
+    for hidden in (896, 3584, 8192):
+        for out in (128, hidden, 30_000 // 8, 30_000):
+            for m in (1, 100, 4096, 65_536, 300_000):
+                t = profile.gemm_time_s(m, out, hidden)
+                assert math.isfinite(t) and t > 0
+                if m >= 4096 and out >= 1024:
+                    tflops = 2 * m * out * hidden / t / 1e12
+                    assert 50 < tflops < 1000, (hidden, out, m, tflops)
+    for q, kv in [(1, 1), (100, 100), (8192, 8192), (8192, 262_144), (262_144, 262_144),
+                  (262_144, 400_000)]:
+        for pass_ in ("fwd", "bwd"):
+            t = profile.attention_time_s(q, kv, num_heads=28, num_kv_heads=4, head_dim=128,
+                                         pass_=pass_)
+            tflops = 4 * 128 * 28 * attention_work(q, kv, True) * (2.5 if pass_ == "bwd" else 1)
+            assert t > 0 and (q < 4096 or 50 < tflops / t / 1e12 < 1000)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+        for scope, group in (("intra", 8), ("inter", 16)):
+            t = profile.collective_time_s(op, group_size=group, scope=scope, num_bytes=2**28)
+            assert 1e-5 < t < 1.0
+    assert profile.warnings() == []  # all of the above lies inside the tables
+
+
+def test_h100_kernels_and_h200_memory():
+    fa3 = load_profile("h100-sxm5-80gb")
+    fa2 = load_profile("h100-sxm5-80gb", attention_kernel="fa2")
+    assert fa3.attention_kernel == "fa3" and fa2.attention_kernel == "fa2"
+    args = dict(num_heads=32, num_kv_heads=8, head_dim=128)
+    assert fa2.attention_time_s(8192, 8192, **args) > 1.3 * fa3.attention_time_s(8192, 8192, **args)
+    assert load_profile("h200").memory_bytes == 141 * 10**9
+    assert load_profile("a100-sxm4-80gb").attention_kernel == "fa2"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_tables_carry_provenance(name):
+    profile = load_profile(name)
+    for table in ("gemm", "attention", "collectives"):
+        frame = read_table(profile.path, table)
+        assert set(frame.method) <= {"published", "analytic"}
+        assert frame.source.notna().all()
+        assert "published" in set(frame.method)
+        assert profile.meta.tables[table]["sources"]
