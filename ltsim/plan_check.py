@@ -7,9 +7,10 @@ from collections import Counter, defaultdict
 from ltsim.plan import OpKind, Plan
 
 
-def check_plan(plan: Plan) -> tuple[str, str | None] | None:
+def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, str | None] | None:
     """The first problem found as (message, key of the offending op), or None when the plan is valid."""
-    for rule in (_check_unique, _check_coverage, _check_deps, _check_acyclic, _check_buffers):
+    rules = (_check_unique, _check_coverage, _check_deps, _check_acyclic, _check_buffers)
+    for rule in rules if check_cycles else tuple(r for r in rules if r is not _check_acyclic):
         problem = rule(plan)
         if problem is not None:
             return problem

@@ -97,7 +97,9 @@ def build_plan(*, strategy: str, options: dict[str, Any], ctx: PlanContext,
                 stage_layers=even_stage_layers(ctx.model.num_layers, num_stages),
                 device_stage=tuple(par.stage_of(d) for d in range(par.num_sim_devices)),
                 notes=notes)
-    return plan.validate()
+    # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
+    # the grid); the conformance suite runs the full validate() on every registered strategy.
+    return plan.validate(check_cycles=False)
 
 
 def _stage_ops(actions, replica, stage, num_stages, device, devices):

@@ -40,7 +40,7 @@ def _cases():
 def test_strategy_conforms(name, options, p, dp, lengths, recompute):
     strategy = REGISTRY[name]
     ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
-    plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options))  # validates
+    plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
     counts = Counter((op.kind, op.stage, op.chunk) for op in plan.ops())
     for chunk in plan.chunks:
         for stage in range(p):
