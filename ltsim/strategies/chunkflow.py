@@ -25,10 +25,11 @@ and releases ``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`
 0..N-2; each chunk's B frees its own buffers.
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
-descending order). After the usual warm-up of min(p - stage - 1, m) forwards it alternates one
-forward and one backward, except that a backward whose chunk has not been forwarded on this stage
-yet is not admissible; then it forwards further first. With no dependent chunks this is exactly
-Megatron's 1F1B.
+descending order). Like Megatron's 1F1B it keeps at most p - stage chunks in flight (warm-up of
+p - stage - 1 forwards, then one forward one backward), except that a backward whose chunk has not
+been forwarded on this stage yet is not admissible: then it forwards further first. While a
+dependent group drains (in flight above the cap) it runs backwards only, so other chunks'
+activations do not pile up behind it. With no dependent chunks this is exactly Megatron's 1F1B.
 """
 
 from __future__ import annotations
@@ -120,24 +121,22 @@ def group_actions(ids: list[int], k: int, full_recompute: bool) -> tuple[list[li
 
 def state_aware_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int,
                      num_stages: int) -> list[Action]:
-    """Interleave forward and backward items 1F1B-style; a backward waits for its chunk's forward."""
+    """Interleave forward and backward items 1F1B-style; a backward waits for its chunk's forward.
+
+    Like Megatron's 1F1B a stage keeps at most ``num_stages - stage`` chunks in flight (forwarded,
+    not yet backwarded); it forwards beyond that only while the next backward is not admissible
+    (its chunk not yet forwarded here), as a dependent group's first backward needs all of the
+    group's forwards. With no dependent chunks this is exactly Megatron's order.
+    """
     done: set[int] = set()
     order: list[Action] = []
+    cap = num_stages - stage
     f = b = 0
-
-    def forward() -> None:
-        nonlocal f
-        order.extend(fwd[f])
-        done.add(fwd[f][0].chunk)
-        f += 1
-
-    for _ in range(min(num_stages - stage - 1, len(fwd))):
-        forward()
     while b < len(bwd):
-        if f < len(fwd):
-            forward()
-        while bwd[b][-1].chunk not in done:
-            forward()
+        while f < len(fwd) and (f - b < cap or bwd[b][-1].chunk not in done):
+            order.extend(fwd[f])
+            done.add(fwd[f][0].chunk)
+            f += 1
         order.extend(bwd[b])
         b += 1
     return order

@@ -14,10 +14,14 @@ CHUNKFLOW = get_strategy("chunkflow")
 
 
 @settings(max_examples=40, deadline=None)
-@given(chunk_size=st.sampled_from([4, 8, 16]), long_factor=st.integers(1, 64),
-       shorts=st.lists(st.integers(1, 16), max_size=12))
-def test_k1_peak_is_one_chunk(chunk_size, long_factor, shorts):
-    lengths = tuple([chunk_size * long_factor] + [min(s, chunk_size) for s in shorts])
+@given(chunk_size=st.sampled_from([4, 8, 16]), long_factors=st.lists(st.integers(1, 64), min_size=1,
+                                                                     max_size=3),
+       shorts=st.lists(st.integers(1, 16), max_size=12), seed=st.randoms())
+def test_k1_peak_is_one_chunk(chunk_size, long_factors, shorts, seed):
+    """Several long sequences (up to 64x ChunkSize) mixed with short ones, in random order."""
+    lengths = [chunk_size * f for f in long_factors] + [min(s, chunk_size) for s in shorts]
+    seed.shuffle(lengths)
+    lengths = tuple(lengths)
     ctx = unit_ctx(pp=1)
     plan = CHUNKFLOW.plan(lengths, ctx, CHUNKFLOW.parse({"chunk_size": chunk_size, "k": 1}))
     trace = Engine(ctx.cost).run(plan)
