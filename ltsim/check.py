@@ -87,8 +87,9 @@ def evaluate(path: Path, case: Case) -> dict[str, Any]:
 
 def write_cases(path: Path, cases: list[Case]) -> None:
     """Rewrite the file with the cases (comments at the top are kept)."""
-    header = "".join(line + "\n" for line in path.read_text().splitlines()
-                     if line.startswith("#") and not line.startswith("# case"))
+    lines = path.read_text().splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip() == "[[case]]"), len(lines))
+    header = "".join(line + "\n" for line in lines[:first] if line.startswith("#"))
     out = [header.rstrip("\n")]
     for c in cases:
         out.append("\n[[case]]")
