@@ -1,0 +1,302 @@
+"""Sequence-length sources: the built-in dataset registry, the seed papers' tables, and user length files.
+
+Two kinds of source, both with ``truncate(max_length)`` and ``draw(rng, n)``:
+
+- ``LengthArray``: real per-sequence lengths (packaged ``wikipedia`` and ``azure-conv``, or a user file).
+  Drawing picks lengths uniformly with replacement.
+- ``LengthBins``: a distribution given as bins with probability masses (a CDF table printed in a paper, or a
+  histogram). Drawing picks a bin by its mass, then a length log-uniformly inside the bin.
+
+Interpolation rule for a CDF table (points "< L_i: P_i %", then "Longest: L_max"): bin i covers the integer
+lengths [L_{i-1}, L_i) with mass P_i - P_{i-1}; the first bin starts at 1 token (no paper states a minimum);
+the last bin is [L_last, L_max] inclusive, so no draw exceeds the published longest length. A length inside a
+bin is floor(exp(U(ln lo, ln hi))) with hi exclusive, which keeps each bin's mass exact. Papers write "1K" for
+1024 tokens (FlexSP's Wikipedia file gives the 4.39 % above 4096 that SOURCES.md states); table points at or
+beyond L_max must say 100 % and add no bin. Truncating at max_length keeps the bins below it and cuts the
+straddling bin at max_length, scaling its mass by the log-uniform share below the cut: exactly the table's
+distribution conditioned on length <= max_length, as when the papers drop longer sequences.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.resources
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ltsim.errors import ConfigError
+
+KEY = "workload.dataset"
+KIB_TOKENS = 1024  # "1K" in the seed papers' tables
+FILE_SUFFIXES = (".txt", ".csv", ".parquet", ".jsonl")
+LENGTH_COLUMNS = ("num_tokens", "length")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LengthBins:
+    """A length distribution as bins: integer lengths [lo, hi) with probability ``mass`` (sums to 1)."""
+
+    name: str
+    lo_tokens: tuple[int, ...]
+    hi_tokens: tuple[int, ...]  # exclusive
+    mass: tuple[float, ...]
+    source: str
+    published: tuple[tuple[str, float], ...] = ()  # the paper's own rows, for describe()
+
+    @property
+    def max_tokens(self) -> int:
+        return self.hi_tokens[-1] - 1
+
+    def truncate(self, max_length: int) -> "LengthBins":
+        """The distribution conditioned on length <= max_length (0: unchanged)."""
+        if max_length <= 0 or max_length >= self.max_tokens:
+            return self
+        lo, hi, mass = [], [], []
+        for b_lo, b_hi, b_mass in zip(self.lo_tokens, self.hi_tokens, self.mass):
+            if b_lo > max_length or b_mass <= 0:
+                continue
+            cut = min(b_hi, max_length + 1)
+            lo.append(b_lo)
+            hi.append(cut)
+            mass.append(b_mass * math.log(cut / b_lo) / math.log(b_hi / b_lo))
+        total = sum(mass)
+        return replace(self, lo_tokens=tuple(lo), hi_tokens=tuple(hi),
+                       mass=tuple(m / total for m in mass), published=())
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` lengths in tokens (int64): a bin by mass, then log-uniform inside it."""
+        p = np.asarray(self.mass, dtype=np.float64)
+        ln_lo = np.log(np.asarray(self.lo_tokens, dtype=np.float64))
+        ln_hi = np.log(np.asarray(self.hi_tokens, dtype=np.float64))
+        idx = rng.choice(p.size, size=n, p=p / p.sum())
+        u = rng.random(n)
+        x = np.floor(np.exp(ln_lo[idx] + u * (ln_hi[idx] - ln_lo[idx]))).astype(np.int64)
+        # exp/log rounding can land one token outside [lo, hi); clamp keeps bins exact.
+        lo = np.asarray(self.lo_tokens, dtype=np.int64)[idx]
+        hi = np.asarray(self.hi_tokens, dtype=np.int64)[idx]
+        return np.clip(x, lo, hi - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class LengthArray:
+    """Real per-sequence lengths in tokens (read-only int64 array); drawn uniformly with replacement."""
+
+    name: str
+    num_tokens: np.ndarray
+    source: str
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.num_tokens.max())
+
+    def truncate(self, max_length: int) -> "LengthArray":
+        """Drop lengths above max_length (0: unchanged). May leave an empty array; the caller checks."""
+        if max_length <= 0 or max_length >= self.max_tokens:
+            return self
+        kept = self.num_tokens[self.num_tokens <= max_length]
+        kept.setflags(write=False)
+        return replace(self, num_tokens=kept)
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.num_tokens[rng.integers(0, self.num_tokens.size, size=n)]
+
+
+def from_cdf_table(name: str, points: tuple[tuple[int, float], ...], longest_tokens: int,
+                   source: str) -> LengthBins:
+    """Bins from a paper's table: ``points`` are (L_i tokens, percent of sequences shorter than L_i)."""
+    lo, hi, mass = [], [], []
+    prev_tokens, prev_pct = 1, 0.0
+    for tokens, pct in points:
+        if tokens >= longest_tokens:
+            assert pct >= 100.0, f"{name}: {pct}% below {tokens} tokens but the longest is {longest_tokens}"
+            break
+        lo.append(prev_tokens), hi.append(tokens), mass.append((pct - prev_pct) / 100.0)
+        prev_tokens, prev_pct = tokens, pct
+    lo.append(prev_tokens), hi.append(longest_tokens + 1), mass.append((100.0 - prev_pct) / 100.0)
+    published = tuple((f"< {t // KIB_TOKENS}K", p) for t, p in points)
+    return LengthBins(name=name, lo_tokens=tuple(lo), hi_tokens=tuple(hi), mass=tuple(mass),
+                      source=source, published=published + (("Longest", float(longest_tokens)),))
+
+
+def _k(kib: int) -> int:
+    return kib * KIB_TOKENS
+
+
+# Tables printed in the seed papers (percent of sequences shorter than each length; then the longest).
+# ChunkFlow Table 1 (LMSysChat1M). Skrull Table 1 lists the same dataset with a different tokenizer or filter:
+# <1K 87.12, <4K 99.35, <8K 99.87, <32K 99.98, <128K 99.99, longest 1643K. The two disagree by up to 3.4 pp
+# and on the longest length (303K vs 1643K); we follow ChunkFlow and ship Skrull's as lmsys-chat-1m-skrull.
+_LMSYS_CHUNKFLOW = ((_k(1), 90.499), (_k(4), 99.539), (_k(8), 99.908), (_k(32), 99.987), (_k(128), 99.996))
+_LMSYS_SKRULL = ((_k(1), 87.12), (_k(4), 99.35), (_k(8), 99.87), (_k(32), 99.98), (_k(128), 99.99))
+# ChunkFlow Table 2: the evaluation set built after Fu et al. 2024 / ChatGLM 2025.
+_CHUNKFLOW_EVAL = ((_k(1), 98.17), (_k(4), 99.72), (_k(8), 99.83), (_k(32), 99.92), (_k(128), 99.98))
+# Skrull Table 1: Wikipedia (longest 78K, so the < 128K point is 100 % and adds no bin) and ChatQA2-Long-SFT.
+_WIKI_SKRULL = ((_k(1), 87.88), (_k(4), 99.34), (_k(8), 99.92), (_k(32), 99.99), (_k(128), 100.0))
+_CHATQA2 = ((_k(1), 21.92), (_k(4), 31.48), (_k(8), 40.43), (_k(32), 99.86), (_k(128), 100.0))
+
+
+def _histogram_bins(name: str, filename: str, source: str) -> LengthBins:
+    """Bins from MagiAttention's doc_length_distribution.csv: ``"[lo, hi]",count,...`` (inclusive)."""
+    text = (importlib.resources.files("ltsim") / "data" / filename).read_text(encoding="utf-8")
+    lo, hi, count = [], [], []
+    for row in csv.DictReader(text.splitlines()):
+        b_lo, b_hi = (int(v) for v in row["range"].strip("[] ").split(","))
+        lo.append(max(b_lo, 1))  # a document has at least one token; the first bin starts at 0
+        hi.append(b_hi + 1)
+        count.append(int(row["number"]))
+    total = sum(count)
+    return LengthBins(name=name, lo_tokens=tuple(lo), hi_tokens=tuple(hi),
+                      mass=tuple(c / total for c in count), source=source)
+
+
+@functools.lru_cache(maxsize=None)
+def _packaged_array(name: str, filename: str, source: str) -> LengthArray:
+    with (importlib.resources.files("ltsim") / "data" / filename).open("rb") as handle:
+        num_tokens = np.load(handle)["num_tokens"].astype(np.int64)
+    num_tokens.setflags(write=False)
+    return LengthArray(name=name, num_tokens=num_tokens, source=source)
+
+
+_BUILTINS = {
+    "wikipedia": lambda: _packaged_array(
+        "wikipedia", "wikipedia_seqlens.npz",
+        "FlexSP Wikipedia lengths (PKU-DAIR/Hetu-Galvatron flexsp galvatron/datasets/wikipedia.txt)"),
+    "azure-conv": lambda: _packaged_array(
+        "azure-conv", "azure_conv_lengths.npz",
+        "Azure LLM inference trace 2023 conversation, prompt+output (microsoft/vidur splitwise_conv.csv)"),
+    "docs-long": lambda: _histogram_bins(
+        "docs-long", "magiattention_doc_length_histogram.csv",
+        "MagiAttention doc_length_distribution.csv (13,463,214 documents)"),
+    "lmsys-chat-1m": lambda: from_cdf_table(
+        "lmsys-chat-1m", _LMSYS_CHUNKFLOW, _k(303), "ChunkFlow (arXiv 2503.02356) Table 1"),
+    "lmsys-chat-1m-skrull": lambda: from_cdf_table(
+        "lmsys-chat-1m-skrull", _LMSYS_SKRULL, _k(1643), "Skrull Table 1 (LMsysChat1M)"),
+    "chunkflow-eval": lambda: from_cdf_table(
+        "chunkflow-eval", _CHUNKFLOW_EVAL, _k(256), "ChunkFlow (arXiv 2503.02356) Table 2"),
+    "chatqa2-long-sft": lambda: from_cdf_table(
+        "chatqa2-long-sft", _CHATQA2, _k(99), "Skrull Table 1 (ChatQA2-Long-SFT)"),
+    "wikipedia-skrull": lambda: from_cdf_table(
+        "wikipedia-skrull", _WIKI_SKRULL, _k(78), "Skrull Table 1 (Wikipedia)"),
+}
+
+
+def dataset_names() -> tuple[str, ...]:
+    """The built-in dataset names, sorted."""
+    return tuple(sorted(_BUILTINS))
+
+
+def load_dataset(dataset: str) -> LengthBins | LengthArray:
+    """A built-in name (case-insensitive) or a path to a length file. Raises ConfigError."""
+    builtin = _BUILTINS.get(dataset.strip().lower())
+    if builtin is not None:
+        return builtin()
+    path = Path(dataset).expanduser()
+    if path.suffix.lower() not in FILE_SUFFIXES and not path.exists() and "/" not in dataset:
+        raise ConfigError(KEY, f"a built-in dataset ({', '.join(dataset_names())}) or a path to a "
+                          f"{'/'.join(FILE_SUFFIXES)} length file", dataset,
+                          "pick one of the names, or give a file path")
+    if not path.is_file():
+        raise ConfigError(KEY, "an existing length file", dataset,
+                          f"check the path (relative paths start at {Path.cwd()})")
+    if path.suffix.lower() not in FILE_SUFFIXES:
+        raise ConfigError(KEY, f"a length file ending in {', '.join(FILE_SUFFIXES)}", dataset,
+                          "write one integer per line (.txt) or a num_tokens column (.csv/.parquet/.jsonl)")
+    stat = path.stat()
+    return _read_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_file(path: str, mtime_ns: int, size: int) -> LengthArray:
+    """Read and check a user length file; cached by path, modification time and size."""
+    del mtime_ns  # only part of the cache key: an edited file is read again
+    if size == 0:
+        raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length")
+    suffix = Path(path).suffix.lower()
+    reader = {".txt": _read_txt, ".jsonl": _read_jsonl}.get(suffix, _read_table)
+    values, where = reader(path)
+    if values.size == 0:
+        raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length")
+    bad = np.flatnonzero(values < 1)
+    if bad.size:
+        more = f" ({bad.size - 1} more rows are too)" if bad.size > 1 else ""
+        raise ConfigError(KEY, "a file of positive lengths", path,
+                          "every sequence has at least one token; remove or correct those rows",
+                          context=f"{where(bad[0])} holds {int(values[bad[0]])}{more}")
+    values.setflags(write=False)
+    return LengthArray(name=Path(path).name, num_tokens=values, source=path)
+
+
+def _not_integer(path: str, where: str, raw: object) -> ConfigError:
+    raw = raw.item() if isinstance(raw, np.generic) else raw  # 12.5, not np.float64(12.5)
+    return ConfigError(KEY, "a file of integer lengths", path, "write each length as a whole number of tokens",
+                       context=f"{where} holds {raw!r}")
+
+
+def _read_txt(path: str):
+    """One integer per line; blank lines are skipped. Returns (lengths, row index -> 'line N')."""
+    values, numbers = [], []
+    for i, line in enumerate(_read_text(path).splitlines()):
+        field = line.strip()
+        if not field:
+            continue
+        try:
+            values.append(int(field))
+        except ValueError:
+            raise _not_integer(path, f"line {i + 1}", field) from None
+        numbers.append(i)
+    return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(KEY, "a UTF-8 text file", path,
+                          "give a text file, or a .parquet table for binary data") from None
+
+
+def _read_jsonl(path: str):
+    """One JSON object per line with a ``num_tokens`` or ``length`` field."""
+    values, numbers = [], []
+    for i, line in enumerate(_read_text(path).splitlines()):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(KEY, "a JSON Lines file", path, f"fix line {i + 1}: {err.msg}") from None
+        field = next((c for c in LENGTH_COLUMNS if isinstance(record, dict) and c in record), None)
+        if field is None:
+            raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,
+                              f"add the field to line {i + 1}")
+        raw = record[field]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not float(raw).is_integer():
+            raise _not_integer(path, f"line {i + 1}", raw)
+        values.append(int(raw)), numbers.append(i)
+    return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
+
+
+def _read_table(path: str):
+    """A .csv or .parquet table with a ``num_tokens`` or ``length`` column (pandas; pyarrow for parquet)."""
+    import pandas as pd  # pandas is slow to import; only user tables need it
+
+    try:
+        frame = pd.read_parquet(path) if path.lower().endswith(".parquet") else pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
+    except (OSError, ValueError, UnicodeDecodeError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(KEY, "a readable table", path, f"check the file format ({err})") from None
+    column = next((c for c in LENGTH_COLUMNS if c in frame.columns), None)
+    if column is None:
+        raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,
+                          f"rename the length column (found columns: {', '.join(map(str, frame.columns))})")
+    numeric = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
+    if bad.size:
+        raise _not_integer(path, f"row {bad[0] + 1} of column {column}", frame[column].iloc[bad[0]])
+    return numeric.astype(np.int64), lambda row: f"row {row + 1} of column {column}"

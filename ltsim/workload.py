@@ -1,0 +1,227 @@
+"""Workloads: sequence-length distributions (built-in and user files) and seeded global-batch sampling.
+
+A ``Workload`` names where lengths come from (a dataset, one explicit batch, or a fixed length) and how many
+global batches to draw. Datasets live in ``ltsim.datasets``: the packaged real lengths (``wikipedia``,
+``azure-conv``) are drawn uniformly with replacement; the seed papers' CDF tables and the ``docs-long``
+histogram pick a bin by its mass and a length log-uniformly inside it (the rule is spelled out in
+``ltsim.datasets``). Sequences longer than ``max_length`` are dropped before sampling, as the papers do.
+
+``describe`` gives the papers' table (share of sequences under 1K/4K/8K/32K/128K tokens, the longest, and a
+summary) for any dataset; ``plot_histogram`` draws a log-x histogram (matplotlib, imported lazily).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ltsim.datasets import KIB_TOKENS, LengthArray, LengthBins, dataset_names, load_dataset
+from ltsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Workload", "as_array", "dataset_names", "describe", "format_describe", "plot_histogram"]
+
+THRESHOLDS_KIB = (1, 4, 8, 32, 128)  # the rows of ChunkFlow Table 1 / Skrull Table 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """Where global batches come from. Exactly one of ``dataset``, ``lengths``, ``fixed_length``.
+
+    ``lengths`` is one explicit global batch (in tokens), used for every simulated batch.
+    """
+
+    dataset: str = ""
+    """A built-in name (case-insensitive, see ``dataset_names()``) or a path to a .txt/.csv/.parquet/.jsonl
+    length file (one integer per line, or a ``num_tokens`` / ``length`` column or field)."""
+    lengths: tuple[int, ...] = ()
+    fixed_length: int = 0
+    max_length: int = 0  # 0: no limit; longer sequences are dropped, as the papers do
+    global_batch_size: int = 0  # 0: len(lengths)
+    num_batches: int = 1
+
+    def validate(self) -> "Workload":
+        """Check the fields and that the dataset resolves (reads a user file once). Raises ConfigError."""
+        given = [k for k in ("dataset", "lengths", "fixed_length") if getattr(self, k)]
+        if len(given) != 1:
+            raise ConfigError("workload", "given exactly one of dataset, lengths, fixed_length",
+                              given or "none", "set one of them in [workload]")
+        if self.lengths and any(not _is_int(n) or n < 1 for n in self.lengths):
+            raise ConfigError("workload.lengths", "a list of positive integers", list(self.lengths))
+        for key in ("fixed_length", "max_length"):
+            if not _is_int(getattr(self, key)) or getattr(self, key) < 0:
+                raise ConfigError(f"workload.{key}", "a non-negative integer (0: unset)", getattr(self, key))
+        if not _is_int(self.num_batches) or self.num_batches < 1:
+            raise ConfigError("workload.num_batches", "a positive integer", self.num_batches)
+        if not self.lengths and (not _is_int(self.global_batch_size) or self.global_batch_size < 1):
+            raise ConfigError("workload.global_batch_size", "a positive integer",
+                              self.global_batch_size)
+        longest = max(self.lengths or (self.fixed_length,))
+        if self.max_length and not self.dataset and longest > self.max_length:
+            key = "workload.lengths" if self.lengths else "workload.fixed_length"
+            raise ConfigError(key, f"at most max_length = {self.max_length} tokens", longest,
+                              "raise workload.max_length or shorten the sequences")
+        if self.dataset:
+            self.source()
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        return self.global_batch_size or len(self.lengths)
+
+    def source(self) -> LengthBins | LengthArray:
+        """The dataset's length source with sequences above ``max_length`` dropped. Raises ConfigError."""
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise ConfigError("workload.dataset", "a dataset name or a length-file path", self.dataset)
+        return _truncated(load_dataset(self.dataset), self.max_length, "workload.max_length")
+
+    def sample(self, seed: int) -> tuple[tuple[int, ...], ...]:
+        """``num_batches`` global batches, each a tuple of ``batch_size`` sequence lengths in tokens.
+
+        Deterministic: the same seed gives the same batches (``numpy.random.default_rng(seed)``).
+        Raises ConfigError for an invalid workload.
+        """
+        self.validate()
+        if self.lengths:
+            return tuple(tuple(self.lengths) for _ in range(self.num_batches))
+        if self.fixed_length:
+            batch = (self.fixed_length,) * self.global_batch_size
+            return tuple(batch for _ in range(self.num_batches))
+        rng = np.random.default_rng(seed)
+        draws = self.source().draw(rng, self.num_batches * self.global_batch_size)
+        rows = draws.reshape(self.num_batches, self.global_batch_size).tolist()
+        return tuple(tuple(row) for row in rows)
+
+
+def _truncated(source: LengthBins | LengthArray, max_length: int, key: str) -> LengthBins | LengthArray:
+    kept = source.truncate(max_length)
+    if isinstance(kept, LengthArray) and kept.num_tokens.size == 0:
+        shortest = int(source.num_tokens.min())
+        raise ConfigError(key, f"at least the shortest length in {source.name} ({shortest} tokens)",
+                          max_length, "raise max_length; every sequence would be dropped")
+    return kept
+
+
+def as_array(batch: tuple[int, ...]) -> np.ndarray:
+    return np.asarray(batch, dtype=np.int64)
+
+
+def _lengths_for_stats(source: LengthBins | LengthArray, num_samples: int,
+                       seed: int) -> tuple[np.ndarray, str]:
+    """The raw lengths of an array-backed source (exact), or ``num_samples`` draws from a table."""
+    if isinstance(source, LengthArray):
+        return source.num_tokens, "exact, from the raw lengths"
+    if not _is_int(num_samples) or num_samples < 1:
+        raise ConfigError("num_samples", "a positive integer", num_samples)
+    draws = source.draw(np.random.default_rng(seed), num_samples)
+    return draws, f"from {num_samples:,} samples (seed {seed}), log-uniform inside the table's bins"
+
+
+def describe(dataset: str, *, max_length: int = 0, num_samples: int = 1_000_000,
+             seed: int = 0) -> "pd.DataFrame":
+    """The papers' length table for a dataset (name or file), after dropping sequences above max_length.
+
+    Rows ``< 1K`` .. ``< 128K`` (percent of sequences shorter than 1024 .. 131072 tokens), ``Longest``,
+    ``count``, ``mean``, ``median``, ``p99`` (tokens). Columns ``value``, ``unit`` and ``published`` (the
+    paper's number where the dataset is a paper table and max_length cuts nothing, else NaN). Array-backed
+    datasets are described exactly from their raw lengths; tables from ``num_samples`` seeded draws.
+    ``frame.attrs`` holds ``dataset``, ``source``, ``basis`` and ``max_length``. Raises ConfigError.
+    """
+    import pandas as pd  # slow to import; only describe needs it
+
+    if not _is_int(max_length) or max_length < 0:
+        raise ConfigError("max_length", "a non-negative integer (0: no limit)", max_length)
+    full = load_dataset(dataset)
+    source = _truncated(full, max_length, "max_length")
+    lengths, basis = _lengths_for_stats(source, num_samples, seed)
+    published = dict(source.published) if isinstance(source, LengthBins) else {}
+    rows = [(f"< {k}K", 100.0 * np.count_nonzero(lengths < k * KIB_TOKENS) / lengths.size, "%")
+            for k in THRESHOLDS_KIB]
+    rows += [("Longest", float(lengths.max()), "tokens"), ("count", float(lengths.size), "sequences"),
+             ("mean", float(lengths.mean()), "tokens"), ("median", float(np.median(lengths)), "tokens"),
+             ("p99", float(np.percentile(lengths, 99)), "tokens")]
+    frame = pd.DataFrame(
+        {"value": [r[1] for r in rows], "unit": [r[2] for r in rows],
+         "published": [published.get(r[0], float("nan")) for r in rows]},
+        index=pd.Index([r[0] for r in rows], name="statistic"))
+    frame.attrs.update(dataset=source.name, source=source.source, basis=basis, max_length=max_length)
+    return frame
+
+
+def format_describe(frame: "pd.DataFrame") -> str:
+    """``describe``'s frame as aligned text for a terminal."""
+    attrs = frame.attrs
+    head = [f"{attrs.get('dataset', 'dataset')}: {attrs.get('source', '')}",
+            f"statistics {attrs.get('basis', '')}"]
+    if attrs.get("max_length"):
+        head.append(f"sequences longer than {attrs['max_length']:,} tokens dropped")
+    has_published = bool(frame["published"].notna().any())
+    table = [("statistic", "value", "published" if has_published else "")]
+    for label, row in frame.iterrows():
+        table.append((str(label), _format_value(row["value"], row["unit"]),
+                      _format_value(row["published"], row["unit"]) if has_published else ""))
+    widths = [max(len(cells[i]) for cells in table) for i in range(3)]
+    lines = [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}".rstrip() for a, b, c in table]
+    return "\n".join(head + lines)
+
+
+def _format_value(value: float, unit: str) -> str:
+    if value != value:  # NaN: no published number
+        return "-"
+    if unit == "%":
+        return f"{value:.3f} %"
+    if float(value).is_integer():
+        return f"{int(value):,} {unit}"
+    return f"{value:,.1f} {unit}"
+
+
+def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_samples: int = 1_000_000,
+                   seed: int = 0) -> Path:
+    """Write a log-x histogram PNG of a dataset's lengths (share of sequences per bin, with the CDF).
+
+    Uses matplotlib's Agg canvas directly, so the caller's pyplot backend is left alone. Returns the path.
+    Raises ConfigError for an unknown dataset or a max_length that drops everything.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    source = _truncated(load_dataset(dataset), max_length, "max_length")
+    lengths, basis = _lengths_for_stats(source, num_samples, seed)
+    edges = np.unique(np.geomspace(1, lengths.max() + 1, 60).round())
+    counts, _ = np.histogram(lengths, bins=edges)
+    share_pct = 100.0 * counts / lengths.size
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.bar(edges[:-1], share_pct, width=np.diff(edges), align="edge", color="#4878a8", edgecolor="white",
+           linewidth=0.3, label="share of sequences per bin")
+    ax.set_xscale("log")
+    ax.set_xlabel("sequence length (tokens, log scale)")
+    ax.set_ylabel("share of sequences (%)")
+    cdf = ax.twinx()
+    cdf.step(edges[1:], 100.0 * np.cumsum(counts) / lengths.size, where="post", color="#c44e52",
+             linewidth=1.2, label="cumulative share")
+    cdf.set_ylabel("cumulative share (%)", color="#c44e52")
+    cdf.set_ylim(0, 101)
+    for k in THRESHOLDS_KIB:
+        if k * KIB_TOKENS <= lengths.max():
+            ax.axvline(k * KIB_TOKENS, color="grey", linestyle=":", linewidth=0.8)
+            ax.text(k * KIB_TOKENS, 1.0, f"{k}K", transform=ax.get_xaxis_transform(), ha="center",
+                    va="bottom", fontsize=8, color="grey")
+    ax.set_title(f"{source.name}: {lengths.size:,} sequences, longest {int(lengths.max()):,} tokens\n"
+                 f"({basis})", fontsize=9)
+    handles = ax.get_legend_handles_labels()
+    more = cdf.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], loc="center right", fontsize=8)
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    return out
