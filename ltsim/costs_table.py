@@ -177,10 +177,14 @@ class TableCostModel:
         window = self.duration_s(last_b[-1], plan) if last_b else 0.0
         return max(comm - window, 0.0)
 
-    def duration_s(self, op: Op, plan: Plan) -> float:
+    def _use_plan(self, plan: Plan) -> None:
+        """Per-plan caches (chunk lookup, per-op durations) are rebuilt when the plan changes."""
         if self._plan_id != id(plan):
             self._plan_id, self._chunk_cache = id(plan), {}
             self._chunks = {c.index: c for c in plan.chunks}
+
+    def duration_s(self, op: Op, plan: Plan) -> float:
+        self._use_plan(plan)
         if op.kind in (OpKind.F, OpKind.B, OpKind.R):
             key = (op.kind, op.chunk, op.stage)
             value = self._chunk_cache.get(key)
@@ -207,13 +211,13 @@ class TableCostModel:
 
     # -- memory ---------------------------------------------------------------------------------------
     def buffer_bytes(self, buffer: Buffer, plan: Plan) -> int:
-        chunk = next(c for c in plan.chunks if c.index == buffer.chunk) \
-            if self._plan_id != id(plan) else self._chunks[buffer.chunk]
+        self._use_plan(plan)
+        chunk = self._chunks[buffer.chunk]
         per_token = self._buffer_per_token(buffer.kind, buffer.stage, plan)
         return int(per_token * chunk.num_tokens * (1 + self.overhead.fragmentation_fraction))
 
     def _buffer_per_token(self, kind: str, stage: int, plan: Plan) -> float:
-        key = ("buf", kind, stage, id(plan))
+        key = ("buf", kind, stage)
         cached = self._chunk_cache.get(key)
         if cached is not None:
             return cached
