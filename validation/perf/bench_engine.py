@@ -46,6 +46,33 @@ def case(name: str, strategy: str, batch: tuple[int, ...], pp: int, options: dic
     return name, num_ops, plan_s, sim_s
 
 
+def sweep_rate(points: int = 64) -> tuple[int, float]:
+    """Plans per minute of a ChunkSize x K sweep (quickstart scenario, one batch per plan, 2 workers)."""
+    from ltsim.planner import expand_grid, run_sweep
+    from ltsim.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    scenario = load_scenario(root / "scenarios" / "quickstart.toml", ["workload.num_batches=1"])
+    grid = expand_grid(["strategy.chunk_size=1024,2048,3072,4096,6144,8192,12288,16384",
+                        "strategy.k=1,2,3,4,6,8,12,16"])[:points]
+    start = time.perf_counter()
+    run_sweep(scenario, grid, executor="local:2")
+    return len(grid), 60 * len(grid) / (time.perf_counter() - start)
+
+
+def big_cluster(repeats: int) -> tuple[str, float]:
+    """One global batch on 1024 GPUs: Qwen2.5-72B, tp 8, pp 8, dp 16, 1024 sequences."""
+    from ltsim.runner import simulate
+    from ltsim.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    sets = ["hardware.num_nodes=128", "model.preset=\"qwen2.5-72b\"", "parallel.tp=8",
+            "parallel.pp=8", "workload.global_batch_size=1024", "workload.num_batches=1"]
+    scenario = load_scenario(root / "scenarios" / "quickstart.toml", sets)
+    best, _ = _time(lambda: simulate(scenario), repeats)
+    return f"{scenario.parallel.world_size} GPUs (dp {scenario.parallel.dp})", best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -65,7 +92,13 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, ops, plan_s, sim_s in rows:
         print(f"| {name} | {ops} | {plan_s * 1e3:.1f} | {sim_s * 1e3:.1f} | {(plan_s + sim_s) * 1e3:.1f} |")
-    _ = statistics  # kept for future spread reporting
+    points, rate = sweep_rate()
+    print(f"\nChunkSize x K sweep, quickstart scenario, 1 batch per plan, local:2: {points} plans, "
+          f"{rate:.0f} plans per minute")
+    label, seconds = big_cluster(min(repeats, 3))
+    print(f"One global batch of 1024 sequences on {label}, chunkflow 8K/K=2: {seconds:.2f} s "
+          "(scenario load, sampling, plan, replay)")
+    _ = statistics
 
 
 if __name__ == "__main__":
