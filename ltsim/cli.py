@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `ltsim ... | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def _print(data: Any, text: str, as_json: bool) -> None:
@@ -187,7 +190,8 @@ def cmd_workload(args: argparse.Namespace) -> int:
 
         plot_histogram(args.dataset, args.plot, max_length=args.max_length)
         text += f"\nhistogram written to {args.plot}"
-    _print(frame.to_dict(orient="records"), text, args.json)
+    records = frame.reset_index().astype(object).where(frame.reset_index().notna(), None)
+    _print(records.to_dict(orient="records"), text, args.json)
     return EXIT_OK
 
 

@@ -148,6 +148,10 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     get_strategy(name).parse(strategy)  # validate options now, at load time
     work = dict(raw.get("workload", {}))
     work["lengths"] = tuple(work.get("lengths", ()))
+    if work.get("dataset") and source:  # a length file is found beside the scenario file first
+        beside = Path(source).parent / work["dataset"]
+        if not Path(work["dataset"]).is_absolute() and beside.is_file():
+            work["dataset"] = str(beside)
     workload = Workload(**work).validate()
     if parallel.dp > workload.batch_size:
         raise ConfigError("workload.global_batch_size", f"at least parallel.dp = {parallel.dp}",

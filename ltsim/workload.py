@@ -198,25 +198,27 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     lengths, basis = _lengths_for_stats(source, num_samples, seed)
     edges = np.unique(np.geomspace(1, lengths.max() + 1, 60).round())
     counts, _ = np.histogram(lengths, bins=edges)
-    share_pct = 100.0 * counts / lengths.size
+    # Percent per decade of length: integer edges make the small bins unequal in log width, and dividing
+    # by each bin's log10 width keeps equal densities at equal heights.
+    share_pct = 100.0 * counts / lengths.size / np.diff(np.log10(edges))
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.bar(edges[:-1], share_pct, width=np.diff(edges), align="edge", color="#4878a8", edgecolor="white",
-           linewidth=0.3, label="share of sequences per bin")
+           linewidth=0.3, label="sequences per decade of length")
     ax.set_xscale("log")
     ax.set_xlabel("sequence length (tokens, log scale)")
-    ax.set_ylabel("share of sequences (%)")
+    ax.set_ylabel("share of sequences per decade (%)")
     cdf = ax.twinx()
-    cdf.step(edges[1:], 100.0 * np.cumsum(counts) / lengths.size, where="post", color="#c44e52",
+    cdf.step(edges, 100.0 * np.concatenate(([0], np.cumsum(counts))) / lengths.size, where="post", color="#c44e52",
              linewidth=1.2, label="cumulative share")
     cdf.set_ylabel("cumulative share (%)", color="#c44e52")
     cdf.set_ylim(0, 101)
     for k in THRESHOLDS_KIB:
         if k * KIB_TOKENS <= lengths.max():
             ax.axvline(k * KIB_TOKENS, color="grey", linestyle=":", linewidth=0.8)
-            ax.text(k * KIB_TOKENS, 1.0, f"{k}K", transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=8, color="grey")
+            ax.text(k * KIB_TOKENS, 0.98, f" {k}K", transform=ax.get_xaxis_transform(), ha="left",
+                    va="top", fontsize=8, color="grey")
     ax.set_title(f"{source.name}: {lengths.size:,} sequences, longest {int(lengths.max()):,} tokens\n"
                  f"({basis})", fontsize=9)
     handles = ax.get_legend_handles_labels()
