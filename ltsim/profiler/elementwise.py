@@ -1,0 +1,112 @@
+"""elementwise.csv: the bandwidth-bound ops of a layer, forward and backward, over token counts.
+
+Ops (implemented as the executor's layer implements them, ltsim/executor/model.py):
+- `rmsnorm` (llama): x * rsqrt(mean(x^2) + eps) * w over hidden_size; `layernorm` (gpt):
+  F.layer_norm with weight and bias.
+- `swiglu` (llama): silu(gate) * up, input 2 * ffn / tp wide, `hidden` = ffn / tp (the output);
+  `gelu` (gpt): F.gelu (erf form) over ffn / tp.
+- `rope` (llama): rotate-half RoPE of q and k, angles computed in the call as the executor does;
+  `hidden` = (heads + kv_heads) * head_dim on this rank.
+- `residual_add`: x + y over hidden_size.
+`head_dim` is 0 except for rope (whose cost depends on the head split).
+`bwd` rows time the backward alone on a retained graph, like attention.csv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ltsim.profiler.shapes import ShardShape
+from ltsim.profiler.tables import Point, make_point
+from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
+
+ROPE_THETA = 10000.0
+KEY_FIELDS = ("op", "num_tokens", "hidden", "head_dim", "dtype", "pass_")
+PASSES = ("fwd", "bwd")
+
+
+def _ops(shard: ShardShape) -> tuple[tuple[str, int], ...]:
+    """(op, hidden) of every elementwise op of one layer on one rank."""
+    attn_width = (shard.num_heads + shard.num_kv_heads) * shard.head_dim
+    if shard.arch == "llama":
+        return (("rmsnorm", shard.hidden_size), ("swiglu", shard.ffn_hidden_size),
+                ("rope", attn_width), ("residual_add", shard.hidden_size))
+    return (("layernorm", shard.hidden_size), ("gelu", shard.ffn_hidden_size),
+            ("residual_add", shard.hidden_size))
+
+
+def elementwise_points(shards: Sequence[ShardShape], tokens: Sequence[int]) -> tuple[Point, ...]:
+    points: dict[str, Point] = {}
+    for shard in shards:
+        for op, hidden in _ops(shard):
+            for num_tokens in tokens:
+                for pass_ in PASSES:
+                    point = make_point(KEY_FIELDS, op=op, num_tokens=num_tokens, hidden=hidden,
+                                       dtype=shard.dtype, pass_=pass_,
+                                       head_dim=shard.head_dim if op == "rope" else 0)
+                    points.setdefault(point.key, point)
+    return tuple(points.values())
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of x (T, H, D) at positions (T,), as the executor computes it."""
+    dim = x.shape[-1]
+    inv_freq = ROPE_THETA ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    cos = torch.cat([angles.cos()] * 2, dim=-1).to(x.dtype)[:, None, :]
+    sin = torch.cat([angles.sin()] * 2, dim=-1).to(x.dtype)[:, None, :]
+    x1, x2 = x[..., :dim // 2], x[..., dim // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def _op_inputs(p: dict[str, Any], dtype: torch.dtype, device: torch.device
+               ) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
+    """The op as a function of its differentiable inputs, and those inputs."""
+    tokens, hidden, op = p["num_tokens"], p["hidden"], p["op"]
+    gen = torch.Generator(device=device).manual_seed(0)
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+    if op == "rmsnorm":
+        return (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                (randn(tokens, hidden), torch.ones(hidden, device=device, dtype=dtype)))
+    if op == "layernorm":
+        return (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
+                (randn(tokens, hidden), torch.ones(hidden, device=device, dtype=dtype),
+                 torch.zeros(hidden, device=device, dtype=dtype)))
+    if op == "swiglu":
+        def swiglu(x: torch.Tensor) -> torch.Tensor:
+            gate, up = x.chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return swiglu, (randn(tokens, 2 * hidden),)
+    if op == "gelu":
+        return F.gelu, (randn(tokens, hidden),)
+    if op == "rope":
+        head_dim = p["head_dim"]
+        positions = torch.arange(tokens, device=device)
+        return (lambda x: rope(x, positions), (randn(tokens, hidden // head_dim, head_dim),))
+    if op == "residual_add":
+        return torch.add, (randn(tokens, hidden), randn(tokens, hidden))
+    raise ValueError(op)
+
+
+def prepare_elementwise(point: Point, bench: Bench) -> Case:
+    """One elementwise op, forward (no autograd state) or backward alone on a retained graph."""
+    p = point.values
+    fn, inputs = _op_inputs(p, TORCH_DTYPES[p["dtype"]], bench.device)
+    if p["pass_"] == "fwd":
+        def run() -> object:
+            with torch.no_grad():
+                return fn(*inputs)
+    else:
+        leaves = tuple(x.detach().requires_grad_(True) for x in inputs)
+        out = fn(*leaves)
+        grad = torch.ones_like(out)
+        def run() -> object:
+            return torch.autograd.grad(out, leaves, grad, retain_graph=True)
+    return Case(run=run, columns={"op": p["op"], "num_tokens": p["num_tokens"], "hidden": p["hidden"],
+                                  "head_dim": p["head_dim"], "dtype": p["dtype"], "pass": p["pass_"]},
+                extras={"kernel": "aten", "method": "measured"})

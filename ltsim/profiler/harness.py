@@ -1,0 +1,197 @@
+"""`run_profile`: measure every profile table for some models and TP degrees into a profile directory.
+
+Tables, in the order they are measured (each written the moment it is finished; see tables.py for
+checkpointing and `--resume`): gemm, gemm_bwd, elementwise, attention, attention_varlen, memory,
+collectives.
+meta.json is rewritten after every table, so an interrupted run leaves a readable profile of what
+it finished; its `notes` say which tables are still pending. Each table's provenance records the
+1-minute load average before and after it, since on a shared machine other processes skew CPU times.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ltsim.errors import ConfigError, ProfileError
+from ltsim.model import get_model
+from ltsim.profiler import activations, attention, collectives, elementwise, gemm
+from ltsim.profiler.environment import describe
+from ltsim.profiler.shapes import ShardShape, shard
+from ltsim.profiler.sizes import ProfileSizes, sizes_for
+from ltsim.profiler.tables import (Progress, TableJob, interleaved, run_table, sequential,
+                                   table_done)
+from ltsim.profiler.timing import TORCH_DTYPES, Bench, timer_name
+from ltsim.profiles import ProfileMeta, read_meta, write_meta
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("cpu", "cuda")
+DEFAULT_MODELS = {"cpu": ("llama-tiny", "llama-small"), "cuda": ("qwen2.5-7b",)}
+DEFAULT_TP = {"cpu": (1,), "cuda": (1, 2, 4, 8)}
+COLLECTIVE_DTYPE = {"cpu": "fp32", "cuda": "bf16"}
+
+
+def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[int], quick: bool,
+                resume: bool, progress: bool) -> Path:
+    """Measure all tables into `out` and return it.
+
+    device: "cpu" or "cuda"; models: catalog names (empty: the device's defaults); tp_degrees: TP
+    degrees (empty: defaults); quick: fewer sizes and repeats; resume: keep finished tables and
+    partial checkpoints in `out`; progress: draw a progress bar when stderr is a terminal.
+    Raises ConfigError for a bad device, model or TP degree, ProfileError when a table fails.
+    """
+    torch_device = _torch_device(device)
+    models = list(models) or list(DEFAULT_MODELS[device])
+    tp_degrees = list(tp_degrees) or list(DEFAULT_TP[device])
+    shards = tuple(shard(get_model(name), tp) for name in models for tp in tp_degrees)
+    max_group = torch.cuda.device_count() if device == "cuda" else 2
+    sizes = sizes_for(device, quick=quick, max_group_size=max_group)
+    jobs = build_jobs(shards, sizes, Bench(device=torch_device, plan=sizes.timing), device)
+    args = {"device": device, "models": models, "tp": tp_degrees, "quick": quick,
+            "threads": torch.get_num_threads()}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = _previous_tables(out) if resume else {}
+    name, memory_bytes, software = describe(torch_device)
+    tables: dict[str, dict[str, Any]] = {}
+    bar = Progress(enabled=progress)
+    command = canonical_command(args, out)
+    for position, job in enumerate(jobs):
+        if resume and table_done(out, job.name):
+            tables[job.name] = _kept(previous.get(job.name), args, job.name)
+            log.info("%s: kept from the earlier run", job.name)
+            continue
+        start_s, load_start = time.perf_counter(), _load()
+        rows = run_table(job, out, resume=resume, progress=bar)
+        tables[job.name] = {**job.provenance, "rows": rows, "date": _now(),
+                            "duration_s": round(time.perf_counter() - start_s, 1), "args": args,
+                            "num_threads": torch.get_num_threads(),
+                            "load_average_1min": [load_start, _load()]}
+        log.info("%s: %d rows in %.1f s", job.name, rows, tables[job.name]["duration_s"])
+        pending = [j.name for j in jobs[position + 1:]]
+        write_meta(out, ProfileMeta(device=name, memory_bytes=memory_bytes, method="measured",
+                                    date=_now(), software=software, tables=dict(tables),
+                                    command=command, notes=_notes(pending)))
+    write_meta(out, ProfileMeta(device=name, memory_bytes=memory_bytes, method="measured",
+                                date=_now(), software=software, tables=tables, command=command,
+                                notes=_notes([])))
+    return out
+
+
+def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, device: str
+               ) -> list[TableJob]:
+    """The table jobs of a profile, in measuring order."""
+    timing = {"timer": timer_name(bench.device), "timing": bench.plan.description}
+    flash = any(attention.uses_flash(bench.device, TORCH_DTYPES[s.dtype]) for s in shards)
+    kernel = attention.FLASH_KERNEL if flash else attention.SDPA_KERNEL
+    attn_notes = ("flash_attn_varlen_func(causal=True)" if flash else
+                  "torch SDPA on (1, heads, tokens, head_dim), is_causal when q == kv, bottom-right "
+                  "boolean mask when q < kv, K/V repeat_interleave'd to the query heads")
+    gemm_notes = "C[m,n] = A[m,k] @ B[k,n]; op lists every use as model/tpN/layer.pass"
+    return [
+        TableJob(name="gemm", points=gemm.gemm_points(shards, sizes.gemm_tokens, ("fwd",)),
+                 measure=interleaved(lambda p: gemm.prepare_gemm(p, bench), bench),
+                 provenance={"method": "measured", "kernel": "torch.mm", **timing,
+                             "notes": gemm_notes + "; forward GEMMs (Y = X W^T, layout nt)"}),
+        TableJob(name="gemm_bwd",
+                 points=gemm.gemm_points(shards, sizes.gemm_tokens, ("dgrad", "wgrad")),
+                 measure=interleaved(lambda p: gemm.prepare_gemm(p, bench), bench),
+                 provenance={"method": "measured", "kernel": "torch.mm", **timing,
+                             "notes": gemm_notes + "; dgrad dX = dY W (nn), wgrad dW = dY^T X (tn)"}),
+        TableJob(name="elementwise",
+                 points=elementwise.elementwise_points(shards, sizes.elementwise_tokens),
+                 measure=interleaved(lambda p: elementwise.prepare_elementwise(p, bench), bench),
+                 provenance={"method": "measured", "kernel": "aten elementwise", **timing}),
+        TableJob(name="attention", points=attention.attention_points(shards, sizes.attention_pairs()),
+                 measure=interleaved(lambda p: attention.prepare_attention(p, bench), bench),
+                 provenance={"method": "measured", "kernel": kernel, "default_kernel": kernel,
+                             "notes": attn_notes, **timing}),
+        TableJob(name="attention_varlen",
+                 points=attention.varlen_points(shards, sizes.varlen_total_tokens,
+                                                sizes.varlen_num_seqs),
+                 measure=interleaved(lambda p: attention.prepare_varlen(p, bench), bench),
+                 provenance={"method": "measured", "kernel": kernel, "notes": "one varlen call"
+                             if flash else "one is_causal SDPA call per sequence", **timing}),
+        TableJob(name="memory", points=activations.memory_points(shards, sizes.memory_tokens),
+                 measure=sequential(lambda p: activations.measure_memory(p, bench.device)),
+                 provenance={"method": "measured", "kernel": "one-layer forward",
+                             "counter": "cuda_allocator" if device == "cuda"
+                             else "saved_tensors_hooks"}),
+        TableJob(name="collectives",
+                 points=collectives.collective_points(sizes.collective_group_sizes,
+                                                      sizes.collective_bytes,
+                                                      COLLECTIVE_DTYPE[device]),
+                 measure=lambda points, emit, advance: collectives.measure_collectives(
+                     points, emit, advance, device_type=device, plan=sizes.collective_timing),
+                 provenance={"method": "measured", "backend": "nccl" if device == "cuda" else "gloo",
+                             "timer": timer_name(bench.device),
+                             "timing": sizes.collective_timing.description +
+                             "; per repeat the slowest rank, after a barrier"}),
+    ]
+
+
+def canonical_command(args: dict[str, Any], out: Path) -> str:
+    """The `ltsim profile` command line that measures these tables (without --resume, which only
+    changes how a run continues; the process argv goes to meta.json's notes)."""
+    words = ["ltsim", "profile", "--device", args["device"], "--out", str(out)]
+    for model in args["models"]:
+        words += ["--model", model]
+    words += ["--tp", ",".join(map(str, args["tp"])), "--threads", str(args["threads"])]
+    words += ["--quick"] * args["quick"]
+    return shlex.join(words)
+
+
+def _torch_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise ConfigError("--device", f"one of {', '.join(DEVICES)}", device)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", "cpu on a machine without a usable CUDA device", device,
+                          f"torch {torch.__version__} sees no GPU; profile with --device cpu")
+    return torch.device(device)
+
+
+def _previous_tables(out: Path) -> dict[str, dict[str, Any]]:
+    try:
+        return read_meta(out).tables
+    except ProfileError:
+        return {}
+
+
+def _kept(previous: dict[str, Any] | None, args: dict[str, Any], name: str) -> dict[str, Any]:
+    """The provenance of a table kept by --resume; raises ConfigError when it was made differently."""
+    if previous is None:
+        return {"method": "measured", "notes": "kept by --resume; meta.json had no provenance"}
+    earlier = previous.get("args") or {}
+    if any(earlier.get(key, value) != value for key, value in args.items()):
+        raise ConfigError("--resume", f"used with the arguments that wrote {name}.csv "
+                          f"({earlier})", args,
+                          "re-run with those arguments, or without --resume into a new directory")
+    return previous
+
+
+def _notes(pending: list[str]) -> str:
+    argv = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
+    state = f"incomplete: tables not yet measured: {', '.join(pending)}" if pending else "complete"
+    return f"{state}. Process argv: {argv}"
+
+
+def _load() -> float:
+    """The 1-minute load average (other processes sharing the CPUs show up here)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return -1.0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

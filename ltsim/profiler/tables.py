@@ -1,0 +1,182 @@
+"""Running one profile table: its points, checkpointing, resuming and the progress bar.
+
+A table is a list of points (one row each, named by a unique `key`) and a function that measures a
+list of points and hands each finished row to a callback (`sequential`: one point after another;
+`interleaved`: timed in rounds over all points, see timing.py). Every finished row is checkpointed at once
+to `<name>.partial.csv` (rewritten whole through a temporary file and a rename, so it is never half
+written). When all points are measured the table is written with `ltsim.profiles.write_table`
+(atomic) and the partial file is removed.
+
+Resuming (`--resume`): a table whose `<name>.csv` exists and reads back is kept untouched; otherwise
+the rows of `<name>.partial.csv` whose key is still one of the table's points are reused and only
+the missing points are measured. Without `--resume`, stale partial files are removed and every table
+is measured again.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+from ltsim.errors import ProfileError
+from ltsim.profiler.timing import Bench, Case, sample, summarize
+from ltsim.profiles import read_table, write_table
+
+KEY_COLUMN = "point"
+
+Row = dict[str, Any]
+Emit = Callable[[Row], None]
+Advance = Callable[[float], None]  # progress: this many more points' worth of work done
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One row to measure: a unique key and the parameters the table's measure function reads."""
+
+    key: str
+    params: tuple[tuple[str, Any], ...]
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+def make_point(key_fields: Sequence[str], **params: Any) -> Point:
+    """A point whose key is built from the named parameters (in order)."""
+    key = " ".join(f"{name}={params[name]}" for name in key_fields)
+    return Point(key=key, params=tuple(params.items()))
+
+
+Measure = Callable[[Sequence[Point], Emit, Advance], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableJob:
+    """A table to measure: name, points, and `measure(points, emit, advance)` emitting one row per point."""
+
+    name: str
+    points: tuple[Point, ...]
+    measure: Measure
+    provenance: dict[str, Any]  # method, kernel(s), timing: goes to meta.json
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, *, enabled: bool, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled and self.stream.isatty()
+        self.start_s = time.perf_counter()
+
+    def update(self, table: str, done: float, total: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / max(total, 1))
+        elapsed_s = time.perf_counter() - self.start_s
+        self.stream.write(f"\r{table:<17} [{'#' * filled}{'.' * (width - filled)}] "
+                          f"{done:.0f}/{total} {elapsed_s:6.0f} s")
+        if round(done) >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def sequential(measure_one: Callable[[Point], Row]) -> Measure:
+    """A table measure function that measures points one after another in this process."""
+    def measure(points: Sequence[Point], emit: Emit, advance: Advance) -> None:
+        for point in points:
+            emit(measure_one(point))
+            advance(1)
+    return measure
+
+
+def interleaved(prepare: Callable[[Point], Case], bench: Bench) -> Measure:
+    """A table measure function timing `prepare(point).run` in interleaved rounds (see timing.py).
+
+    A point's row is emitted (and checkpointed) when its last round is done.
+    """
+    plan = bench.plan
+
+    def measure(points: Sequence[Point], emit: Emit, advance: Advance) -> None:
+        samples: dict[str, list[float]] = {point.key: [] for point in points}
+        for round_ in range(plan.rounds):
+            gc.collect()  # once per round: it takes ~0.1 s with torch loaded; off while timing
+            for point in points:
+                case = prepare(point)
+                samples[point.key] += sample(case.run, plan=plan.per_round, device=bench.device)
+                if round_ == plan.rounds - 1:
+                    emit(case.row(point.key, summarize(samples[point.key])))
+                del case  # free this point's operands before the next point builds its own
+                advance(1 / plan.rounds)
+    return measure
+
+
+def table_done(out: Path, name: str) -> bool:
+    """Whether `<name>.csv` exists in `out` and reads back as a valid table."""
+    if not (out / f"{name}.csv").is_file():
+        return False
+    try:
+        read_table(out, name)
+    except (ProfileError, ValueError, OSError):
+        return False
+    return True
+
+
+def run_table(job: TableJob, out: Path, *, resume: bool, progress: Progress) -> int:
+    """Measure `job` into `out/<name>.csv`; returns the number of rows. See the module docstring."""
+    partial = out / f"{job.name}.partial.csv"
+    order = {point.key: i for i, point in enumerate(job.points)}
+    rows: list[Row] = []
+    if resume and partial.is_file():
+        rows = [r for r in _read_partial(partial) if r.get(KEY_COLUMN) in order]
+    elif partial.exists():
+        partial.unlink()
+    done = {row[KEY_COLUMN] for row in rows}
+    todo = [point for point in job.points if point.key not in done]
+    done_points = [float(len(rows))]
+    progress.update(job.name, done_points[0], len(job.points))
+
+    def emit(row: Row) -> None:
+        if row.get(KEY_COLUMN) not in order:
+            raise AssertionError(f"{job.name}: row without a known point key: {row}")
+        rows.append(row)
+        _write_partial(partial, rows)
+
+    def advance(amount: float) -> None:
+        done_points[0] += amount
+        progress.update(job.name, done_points[0], len(job.points))
+
+    job.measure(todo, emit, advance)
+    measured = {row[KEY_COLUMN] for row in rows}
+    missing = [p.key for p in job.points if p.key not in measured]
+    if missing:
+        raise ProfileError(f"{job.name}: {len(missing)} point(s) were not measured, first: {missing[0]}")
+    frame = pd.DataFrame(rows)
+    frame["_order"] = frame[KEY_COLUMN].map(order)
+    frame = frame.sort_values("_order").drop(columns=["_order", KEY_COLUMN]).reset_index(drop=True)
+    write_table(out, job.name, frame)
+    partial.unlink(missing_ok=True)
+    return len(frame)
+
+
+def _write_partial(path: Path, rows: list[Row]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pd.DataFrame(rows).to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def _read_partial(path: Path) -> list[Row]:
+    try:
+        frame = pd.read_csv(path)
+    except (ValueError, OSError):  # unreadable checkpoint: measure the table again
+        return []
+    if KEY_COLUMN not in frame.columns:
+        return []
+    return frame.to_dict("records")

@@ -1,0 +1,142 @@
+"""Timing of microbenchmark points: warm-up, adaptive repeats over interleaved rounds, median, spread.
+
+CPU: `time.perf_counter` around each call. CUDA: a pair of CUDA events around each call, read after
+the end event has completed. Very short calls (< 100 us) are batched so one sample covers several
+calls, which keeps the timer's resolution out of the result.
+
+A point is measured in `rounds` rounds; `interleaved` (tables.py) runs round 1 of every point of a
+table, then round 2 of every point, and so on, so a burst of load from another process on a shared
+machine touches only some of a point's samples and the median stays clean. Each round rebuilds the
+operands, warms up, and takes its share of the repeats, chosen from the warm-up time so the point
+gets about `target_s` of timed work in total within [min_repeats, max_repeats].
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+MIN_SAMPLE_S = 1e-4  # calls shorter than this are batched into one sample
+TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
+                "fp16": torch.float16}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimingPlan:
+    """How hard to measure one point."""
+
+    warmup: int  # untimed calls per round (the first call also estimates the duration)
+    min_repeats: int  # timed samples per point, over all rounds
+    max_repeats: int
+    target_s: float  # timed work to aim for per point, in seconds
+    long_call_s: float = float("inf")  # a warm-up call at least this long also counts as a sample
+    rounds: int = 1
+
+    @property
+    def per_round(self) -> "TimingPlan":
+        """The plan of one round: its share of the repeats and of the timed work."""
+        return replace(self, min_repeats=math.ceil(self.min_repeats / self.rounds),
+                       max_repeats=math.ceil(self.max_repeats / self.rounds),
+                       target_s=self.target_s / self.rounds, rounds=1)
+
+    @property
+    def description(self) -> str:
+        text = (f"{self.rounds} interleaved round(s) per table, each with {self.warmup} warm-up "
+                f"call(s); {self.min_repeats}..{self.max_repeats} timed samples per point in all "
+                f"(about {self.target_s:g} s of timed work); time_s is the median, time_s_spread "
+                "the interquartile range divided by the median")
+        if self.long_call_s < float("inf"):
+            text += (f"; a warm-up call of {self.long_call_s:g} s or more counts as a sample "
+                     "(one-time costs are negligible beside it)")
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """Median time of one call, its relative spread and how many samples were taken."""
+
+    time_s: float
+    time_s_spread: float  # (75th - 25th percentile) / median
+    repeats: int
+
+    def as_row(self) -> dict[str, float | int]:
+        return {"time_s": self.time_s, "time_s_spread": self.time_s_spread,
+                "repeats": self.repeats}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """One point ready to time: the call and the row columns around its timing columns."""
+
+    run: Callable[[], object]
+    columns: dict[str, Any]  # written before time_s
+    extras: dict[str, Any] = field(default_factory=dict)  # written after the timing columns
+
+    def row(self, key: str, result: Measurement) -> dict[str, Any]:
+        return {"point": key, **self.columns, **result.as_row(), **self.extras}
+
+
+def summarize(samples_s: list[float]) -> Measurement:
+    """Median and interquartile spread of per-call times in seconds."""
+    values = np.asarray(samples_s, dtype=float)
+    median = float(np.median(values))
+    q25, q75 = np.percentile(values, [25, 75])
+    return Measurement(time_s=median, time_s_spread=float((q75 - q25) / median) if median > 0 else 0.0,
+                       repeats=len(values))
+
+
+def sample(run: Callable[[], object], *, plan: TimingPlan, device: torch.device) -> list[float]:
+    """Per-call times in seconds of `run()`: warm-up first, then the plan's adaptive repeats."""
+    warmups = [_time(run, device, 1) for _ in range(max(plan.warmup, 1))]
+    estimate_s = max(warmups)
+    samples = [warmups[-1]] if warmups[-1] >= plan.long_call_s else []
+    inner = 1
+    if estimate_s < MIN_SAMPLE_S:
+        inner = min(1000, math.ceil(MIN_SAMPLE_S / max(estimate_s, 1e-7)))
+    repeats = math.ceil(plan.target_s / max(estimate_s * inner, 1e-9))
+    repeats = max(plan.min_repeats, min(plan.max_repeats, repeats)) - len(samples)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
+    try:
+        samples += [_time(run, device, inner) / inner for _ in range(repeats)]
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
+
+
+def _time(run: Callable[[], object], device: torch.device, inner: int) -> float:
+    """Seconds taken by `inner` back-to-back calls of `run`."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    begin = time.perf_counter()
+    for _ in range(inner):
+        run()
+    return time.perf_counter() - begin
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bench:
+    """Where and how hard to measure: the torch device and the timing plan."""
+
+    device: torch.device
+    plan: TimingPlan
+
+
+def timer_name(device: torch.device) -> str:
+    """The clock used on `device`, for provenance."""
+    return "cuda-events" if device.type == "cuda" else "time.perf_counter"

@@ -1,0 +1,207 @@
+"""The profiler on CPU: a quick profile (collectives over 2 gloo processes), interrupt and resume.
+
+Everything runs the quick CPU sizes for llama-tiny only, so the file takes well under 90 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ltsim.errors import ConfigError  # noqa: E402
+from ltsim.profiler import run_profile  # noqa: E402
+from ltsim.profiler import cli  # noqa: E402
+from ltsim.profiler.attention import sdpa_slice  # noqa: E402
+from ltsim.profiler.tables import Progress, TableJob, make_point, run_table  # noqa: E402
+from ltsim.profiles import TABLE_COLUMNS, read_meta, read_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TABLES = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory",
+          "collectives")
+COLUMNS = {
+    "gemm": (*TABLE_COLUMNS["gemm"], "time_s_spread", "repeats", "pass", "op", "kernel", "method"),
+    "gemm_bwd": (*TABLE_COLUMNS["gemm"], "time_s_spread", "repeats", "pass", "op", "method"),
+    "attention": (*TABLE_COLUMNS["attention"], "time_s_spread", "repeats", "kernel", "mask",
+                  "method"),
+    "attention_varlen": ("num_seqs", "total_tokens", "max_seqlen", "num_heads", "num_kv_heads",
+                         "head_dim", "causal", "pass", "time_s", "kernel", "method"),
+    "elementwise": ("op", "num_tokens", "hidden", "pass", "time_s", "kernel", "method"),
+    "memory": ("model", "tp", "recompute", "num_tokens", "activation_bytes", "bytes_per_token",
+               "method"),
+    "collectives": (*TABLE_COLUMNS["collectives"], "time_s_spread", "repeats", "impl", "method"),
+}
+QUICK = ["--device", "cpu", "--quick", "--model", "llama-tiny", "--tp", "1"]
+
+
+@pytest.fixture(scope="module")
+def quick_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cpu-quick")
+    return run_profile(device="cpu", out=out, models=["llama-tiny"], tp_degrees=[1], quick=True,
+                       resume=False, progress=False)
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_every_table_has_rows_unit_columns_and_positive_times(quick_profile: Path,
+                                                              name: str) -> None:
+    frame = read_table(quick_profile, name)
+    assert len(frame) > 0
+    assert set(COLUMNS[name]) <= set(frame.columns)
+    assert (frame["method"] == "measured").all()
+    if "time_s" in frame.columns:
+        assert (frame["time_s"] > 0).all()
+    assert not (quick_profile / f"{name}.partial.csv").exists()
+
+
+def test_collectives_ran_across_two_gloo_processes(quick_profile: Path) -> None:
+    frame = read_table(quick_profile, "collectives")
+    assert set(frame["op"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "send_recv"}
+    assert set(frame["group_size"]) == {2}
+    assert frame["impl"].str.match(r"^(gloo:|emulated:)").all()
+
+
+def test_gemm_rows_hold_the_layer_shapes(quick_profile: Path) -> None:
+    frame = read_table(quick_profile, "gemm")
+    shapes = set(zip(frame["m"], frame["n"], frame["k"]))
+    # llama-tiny: h 256, q 256 + k/v 2 x 128, ffn 704, vocab 2048; 16 tokens
+    assert {(16, 512, 256), (16, 256, 256), (16, 1408, 256), (16, 256, 704), (16, 2048, 256)} <= shapes
+    assert set(frame["pass"]) == {"fwd"}
+    backward = read_table(quick_profile, "gemm_bwd")
+    assert {(16, 256, 512), (512, 256, 16)} <= set(zip(backward["m"], backward["n"], backward["k"]))
+    assert set(backward["pass"]) == {"dgrad", "wgrad"}
+    for table in (frame, backward):
+        assert table.duplicated(["m", "n", "k", "dtype"]).sum() == 0
+
+
+def test_attention_rows_form_the_causal_grid_of_one_kernel(quick_profile: Path) -> None:
+    frame = read_table(quick_profile, "attention")
+    assert frame["kernel"].nunique() == 1
+    assert set(frame["mask"]) == {"is_causal", "bool_bottom_right"}
+    tokens = sorted(set(frame["q_tokens"]))
+    assert sorted(set(frame["kv_tokens"])) == tokens
+    pairs = set(zip(frame["q_tokens"], frame["kv_tokens"]))
+    assert pairs == {(q, kv) for q in tokens for kv in tokens if q <= kv}
+
+
+def test_memory_per_token_is_linear_and_full_recompute_keeps_the_input(quick_profile: Path) -> None:
+    frame = read_table(quick_profile, "memory")
+    full = frame[frame["recompute"] == "full"]
+    assert (full["bytes_per_token"] == 256 * 4).all()  # one fp32 hidden vector per token
+    none = frame[frame["recompute"] == "none"]
+    assert none["bytes_per_token"].nunique() == 1 and (none["bytes_per_token"] > 10 * 256 * 4).all()
+
+
+def test_meta_records_the_machine_and_every_table(quick_profile: Path) -> None:
+    meta = read_meta(quick_profile)
+    assert meta.method == "measured" and meta.device.startswith("cpu")
+    assert meta.command.startswith("ltsim profile --device cpu")
+    assert meta.notes.startswith("complete")
+    assert {"torch", "cpu_model", "num_threads"} <= set(meta.software)
+    assert set(meta.tables) == set(TABLES)
+    assert all(t["method"] == "measured" for t in meta.tables.values())
+
+
+def test_the_cost_model_loader_reads_the_profile(quick_profile: Path) -> None:
+    profiles = pytest.importorskip("ltsim.profiles")
+    if not hasattr(profiles, "load_profile"):
+        pytest.skip("ltsim.profiles has no load_profile yet")
+    profile = profiles.load_profile(quick_profile)
+    assert profile.gemm_time_s(100, 512, 256, "fp32") > 0
+    assert profile.attention_time_s(100, 1000, num_heads=8, num_kv_heads=4, head_dim=32,
+                                    pass_="bwd") > 0
+    assert profile.collective_time_s("all_reduce", group_size=2, scope="intra",
+                                     num_bytes=1 << 20) > 0
+
+
+def test_slice_attention_is_the_tail_of_a_causal_sequence() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(40, h, 8, generator=gen) for h in (4, 2, 2))
+    whole = sdpa_slice(q, k, v)
+    assert torch.allclose(sdpa_slice(q[-10:], k, v), whole[-10:], atol=1e-5)
+
+
+def test_interrupted_profile_resumes_without_remeasuring(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    proc = subprocess.Popen([sys.executable, "-m", "ltsim.profiler", *QUICK, "--out", str(out)],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (out / "gemm.csv").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p.name: p.read_bytes() for p in out.glob("*.csv") if ".partial" not in p.name}
+    assert "gemm.csv" in finished and len(finished) < len(TABLES)
+
+    done = subprocess.run([sys.executable, "-m", "ltsim.profiler", *QUICK, "--out", str(out),
+                           "--resume"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name, content in finished.items():
+        assert (out / name).read_bytes() == content, f"{name} was measured again"
+    for name in TABLES:
+        assert len(read_table(out, name)) > 0
+    assert not list(out.glob("*.partial.csv"))
+    assert read_meta(out).notes.startswith("complete")
+
+
+def test_resume_measures_only_the_points_missing_from_the_checkpoint(tmp_path: Path) -> None:
+    points = tuple(make_point(("m",), m=m) for m in (1, 2, 3, 4))
+    measured: list[int] = []
+
+    def measure(todo, emit, advance) -> None:  # type: ignore[no-untyped-def]
+        for point in todo:
+            measured.append(point.values["m"])
+            emit({"point": point.key, "m": point.values["m"], "n": 1, "k": 1, "dtype": "fp32",
+                  "time_s": 1.0})
+            advance(1)
+
+    pd.DataFrame([{"point": "m=1", "m": 1, "n": 1, "k": 1, "dtype": "fp32", "time_s": 2.0},
+                  {"point": "m=9", "m": 9, "n": 1, "k": 1, "dtype": "fp32", "time_s": 2.0}]
+                 ).to_csv(tmp_path / "gemm.partial.csv", index=False)
+    job = TableJob(name="gemm", points=points, measure=measure, provenance={})
+    assert run_table(job, tmp_path, resume=True, progress=Progress(enabled=False)) == 4
+    assert measured == [2, 3, 4]
+    table = read_table(tmp_path, "gemm")
+    assert list(table["m"]) == [1, 2, 3, 4] and table["time_s"].iloc[0] == 2.0
+    assert not (tmp_path / "gemm.partial.csv").exists()
+
+
+def test_resume_refuses_other_arguments(quick_profile: Path) -> None:
+    with pytest.raises(ConfigError, match="'--resume' must be used with the arguments that wrote"):
+        run_profile(device="cpu", out=quick_profile, models=["llama-tiny"], tp_degrees=[1],
+                    quick=False, resume=True, progress=False)
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    quiet, tty = io.StringIO(), Tty()
+    Progress(enabled=True, stream=quiet).update("gemm", 1, 2)
+    Progress(enabled=True, stream=tty).update("gemm", 1, 2)
+    assert quiet.getvalue() == "" and "gemm" in tty.getvalue() and "1/2" in tty.getvalue()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tp", "3"], "'--tp' must be divisors of llama-tiny's num_attention_heads (8) (got 3)"),
+    (["--model", "nope"], "'model.preset' must be one of"),
+])
+def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                argv: list[str], message: str) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--device", "cpu", "--out", str(tmp_path), "--model", "llama-tiny",
+                              *argv])
+    assert cli.run(args) == 2
+    assert message in capsys.readouterr().err
