@@ -1,0 +1,148 @@
+"""ltsim.viz: every figure writes a PNG; labels, hatching, OOM cells and the lazy matplotlib import."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import ltsim
+from ltsim import viz
+from ltsim.sim.trace import Event, Trace
+
+ROOT = Path(__file__).resolve().parents[2]
+FIG2 = ROOT / "scenarios" / "examples" / "chunkflow-fig2-baseline.toml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.fixture(scope="module")
+def fig2():
+    return ltsim.run(ltsim.load_scenario(FIG2))
+
+
+@pytest.fixture(scope="module")
+def big():
+    """16 stages, 128 micro-batches of 1..8 units: thousands of ops."""
+    lengths = [random.Random(i).randint(1, 8) for i in range(128)]
+    overrides = ["parallel.pp=16", "hardware.gpus_per_node=16", f"workload.lengths={lengths}"]
+    return ltsim.run(ltsim.load_scenario(FIG2, overrides=overrides))
+
+
+def _synthetic_trace() -> Trace:
+    """Two devices with F, R, B, W, OPT on the compute stream and SEND/COLL on the comm stream."""
+    events = []
+    for d in range(2):
+        for kind, chunk, start, end, stream in (
+                ("F", 0, 0, 2, "compute"), ("SEND_F", 0, 2, 2.5, "comm"), ("F", 1, 2, 4, "compute"),
+                ("R", 0, 6, 8, "compute"), ("B", 0, 8, 12, "compute"), ("W", 0, 12, 14, "compute"),
+                ("COLL", -1, 14, 15, "comm"), ("OPT", -1, 15, 16, "compute")):
+            token = f"s{d}{kind}{chunk if chunk >= 0 else ''}"
+            events.append(Event(d, stream, token, kind, d, chunk, start + 2 * d, end + 2 * d))
+    memory = ((0.0, 0, 5 * 2**30), (2.0, 0, 6 * 2**30), (12.0, 0, 3 * 2**30), (2.0, 1, 4 * 2**30))
+    return Trace(events=tuple(events), memory=memory, static_bytes=(3 * 2**30, 3 * 2**30))
+
+
+def test_import_does_not_load_matplotlib():
+    code = "import sys, ltsim.viz; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_gantt_fig2_labels_every_op(fig2, tmp_path):
+    ax = viz.plot_gantt(fig2.traces[0], fig2.plans[0], title="fig2 (b)", time_unit="units")
+    labels = [t.get_text() for t in ax.texts]
+    assert sorted(set(labels)) == ["0", "1", "2", "3"]
+    assert len(labels) == 32  # 4 chunks x (F, B) x 4 devices: even the 1-unit boxes fit a label
+    assert ax.get_xlabel() == "time (units)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["dev 0", "dev 1", "dev 2", "dev 3"]
+    path = tmp_path / "gantt.png"
+    ax.get_figure().savefig(path)
+    assert _is_png(path)
+
+
+def test_gantt_recompute_is_hatched_and_primed():
+    ax = viz.plot_gantt(_synthetic_trace(), show_comm=True)
+    assert "0'" in [t.get_text() for t in ax.texts]
+    hatches = {c.get_hatch() for c in ax.collections if c.get_hatch()}
+    assert hatches == {"////", "...."}  # R and W
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["F forward", "B backward", "R recompute", "W weight grad", "OPT optimizer",
+                      "idle (bubble)"]
+
+
+def test_gantt_time_units():
+    trace = _synthetic_trace()
+    short = Trace(events=tuple(Event(e.device, e.stream, e.token, e.kind, e.stage, e.chunk,
+                                     e.start_s * 1e-3, e.end_s * 1e-3) for e in trace.events),
+                  memory=(), static_bytes=trace.static_bytes)
+    assert viz.plot_gantt(short).get_xlabel() == "time (ms)"
+    assert viz.plot_gantt(trace).get_xlabel() == "time (s)"
+    with pytest.raises(ValueError, match="time_unit must be one of"):
+        viz.plot_gantt(trace, time_unit="hours")
+
+
+def test_gantt_many_ops_skips_labels(big):
+    ax = viz.plot_gantt(big.traces[0], big.plans[0])
+    assert len(ax.texts) == 0
+    assert len(ax.get_yticklabels()) == 16
+
+
+def test_memory_limit_line_and_units(tmp_path):
+    trace = _synthetic_trace()
+    ax = viz.plot_memory(trace, limit_bytes=8 * 2**30, title="memory")
+    assert ax.get_ylabel() == "memory (GiB)"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "limit 8 GiB" in labels and "static" in labels
+    far = viz.plot_memory(trace, limit_bytes=80 * 2**30)
+    assert not any(label.startswith("limit") for label in (ln.get_label() for ln in far.get_lines()))
+    assert any("off scale" in t.get_text() for t in far.texts)
+    path = tmp_path / "memory.png"
+    ax.get_figure().savefig(path)
+    assert _is_png(path)
+
+
+def test_plot_simulation_fig2(fig2, tmp_path):
+    out = viz.plot_simulation(fig2, tmp_path / "sub" / "fig2.png", time_unit="units")
+    assert out == tmp_path / "sub" / "fig2.png" and _is_png(out)
+
+
+def test_plot_simulation_sixteen_devices(big, tmp_path):
+    assert _is_png(viz.plot_simulation(big, tmp_path / "big.png"))
+
+
+def test_plot_simulation_accepts_a_trace(tmp_path):
+    assert _is_png(viz.plot_simulation(_synthetic_trace(), tmp_path / "t.png", show_comm=True))
+
+
+def test_plot_compare(fig2, tmp_path):
+    assert _is_png(viz.plot_compare(fig2, fig2.traces[0], tmp_path / "cmp.png", title="fig2"))
+
+
+def test_plot_heatmap(tmp_path, monkeypatch):
+    rows = [dict(chunk_size=c, k=k, iteration_time_s=10 + 5000 / c + 0.3 * k, fits=c * k <= 8192)
+            for c in (1024, 2048, 4096, 8192) for k in (1, 2, 4) if (c, k) != (1024, 4)]
+    captured = {}
+
+    def keep(fig, path):
+        captured["fig"] = fig
+        return Path(path)
+
+    monkeypatch.setattr(viz, "_save", keep)
+    viz.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
+                     feasible="fits", path=tmp_path / "h.png", title="sweep")
+    ax = captured["fig"].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("OOM") == 3  # (4096, 4), (8192, 2), (8192, 4)
+    assert texts.count("–") == 1  # (1024, 4) has no row
+    assert "best: chunk_size=8192, k=1" in ax.get_title(loc="left")
+    monkeypatch.undo()
+    out = viz.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
+                           feasible="fits", path=tmp_path / "h.png")
+    assert _is_png(out)
