@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ltsim.errors import ConfigError
+from ltsim.executor import kernels
 from ltsim.model import ModelSpec
 
 ROPE_THETA = 10000.0  # Llama-2's base; the executor compares schedules, not checkpoints
@@ -134,19 +135,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBa
                             device=q.device)
         return _flash_varlen()(q, torch.cat(keys), torch.cat(values), cu_q, cu_k,
                                max(b - a for a, b in zip(off, off[1:])), max(lens_k), causal=True)
-    rep = q.shape[1] // k.shape[1]
+    gqa = q.shape[1] != k.shape[1]
     outs = []
     for i in range(len(batch.slices)):
-        qi = q[off[i]:off[i + 1]].transpose(0, 1)  # (Hq, L, D)
-        ki = keys[i].repeat_interleave(rep, dim=1).transpose(0, 1)
-        vi = values[i].repeat_interleave(rep, dim=1).transpose(0, 1)
-        num_q, num_k = qi.shape[1], ki.shape[1]
+        # 4-D (1, H, L, D): torch picks its fused flash kernel on CPU only for 4-D inputs; 3-D ones
+        # take the math path, which stores the (H, L, L) probabilities. enable_gqa instead of
+        # repeat_interleave: the kernel then keeps K/V at num_kv_heads, as FlashAttention does.
+        qi = q[off[i]:off[i + 1]].transpose(0, 1)[None]  # (1, Hq, L, D)
+        ki = keys[i].transpose(0, 1)[None]  # (1, Hkv, L_kv, D)
+        vi = values[i].transpose(0, 1)[None]
+        num_q, num_k = qi.shape[2], ki.shape[2]
         if num_q == num_k:
-            out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True)
+            out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
+        elif q.device.type == "cpu":  # the kernel below without keeping a q x kv float mask
+            out = kernels.bottom_right_attention(qi, ki, vi)
         else:  # query j sits at key index num_k - num_q + j: bottom-right causal mask
             mask = torch.ones(num_q, num_k, dtype=torch.bool, device=q.device).tril(num_k - num_q)
-            out = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask)
-        outs.append(out.transpose(0, 1))
+            out = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=gqa)
+        outs.append(out[0].transpose(0, 1))
     return torch.cat(outs)
 
 
@@ -167,7 +173,7 @@ class RMSNorm(nn.Module):
         self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return kernels.rms_norm(x, self.weight, self.eps)  # keeps x and rstd only
 
 
 class Attention(nn.Module):
@@ -188,8 +194,9 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        if self.rope:
-            q, k = rope(q, batch.positions), rope(k, batch.positions)
+        if self.rope:  # v copied so that no saved view pins the whole QKV output
+            q, k = kernels.rope(q, batch.positions), kernels.rope(k, batch.positions)
+            v = v.contiguous()
         past = kv(self.layer, k, v) if kv is not None else _no_past(batch)
         out = attention(q, k, v, batch, past, self.backend)
         return self.proj(out.reshape(num_tokens, -1))
@@ -212,8 +219,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
-            gate, up = self.up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
+            return self.down(kernels.swiglu(self.up(x)))  # keeps its input only
         return self.down(F.gelu(self.up(x)))
 
 

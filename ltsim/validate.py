@@ -1,0 +1,230 @@
+"""Predicted vs measured: simulate a scenario, run its first batch's plan with the executor, compare.
+
+``ltsim validate SCENARIO --profile DIR`` simulates the scenario with ``hardware.profile = DIR``,
+executes the first sampled global batch's plan on this machine (gloo on CPU for the ``cpu``
+hardware preset, NCCL with one GPU per simulated device otherwise), and compares iteration time,
+per-op-kind busy time (F, B, R, SEND, COLL, OPT summed over devices), bubble ratio and peak memory
+per device. Relative errors are (measured - predicted) / measured.
+
+Peak memory is compared *bare*: the prediction here uses the memory model without the allocator
+allowance (``memory.NO_ALLOCATOR_OVERHEAD``: no 5% fragmentation, no fixed CUDA/NCCL bytes), which
+is what the executor measures (CPU: the bytes of live tensors; GPU:
+``torch.cuda.max_memory_allocated``), as memory.with_allocator_overhead prescribes.
+
+Outputs under ``--out``: ``comparison.csv`` and ``comparison.md`` (the table), ``summary.json``,
+``gantt.png`` (predicted above measured, via ``ltsim.viz.plot_compare``) and both traces as Chrome
+trace JSON. Exit code 1 when the iteration-time or the peak-memory error exceeds ``--tolerance``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ltsim.errors import ConfigError
+from ltsim.sim.metrics import batch_metrics
+
+if TYPE_CHECKING:
+    from ltsim.plan import Plan
+    from ltsim.scenario import Scenario
+    from ltsim.sim.trace import Trace
+
+KIND_GROUPS = (("F", ("F",)), ("B", ("B", "W")), ("R", ("R",)), ("SEND", ("SEND_F", "SEND_B")),
+               ("COLL", ("COLL",)), ("OPT", ("OPT",)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    metric: str
+    unit: str  # "s", "ratio" or "bytes"
+    predicted: float
+    measured: float
+
+    @property
+    def rel_error(self) -> float | None:
+        """(measured - predicted) / measured; None when nothing was measured."""
+        return (self.measured - self.predicted) / self.measured if self.measured else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Validation:
+    """One plan predicted and measured."""
+
+    plan: "Plan"
+    predicted: "Trace"
+    measured: "Trace"
+    rows: tuple[Row, ...]
+    iteration_time_error: float  # relative, signed
+    peak_memory_error: float  # relative, signed, the device with the largest |error|
+    measured_iteration_times_s: tuple[float, ...] = ()  # every measured iteration
+    warnings: tuple[str, ...] = ()  # the simulation's (e.g. lookups outside the profile)
+
+    def within(self, tolerance: float) -> bool:
+        return (abs(self.iteration_time_error) <= tolerance
+                and abs(self.peak_memory_error) <= tolerance)
+
+
+def kind_totals_s(trace: "Trace") -> dict[str, float]:
+    """Seconds of each op-kind group summed over devices."""
+    totals = {group: 0.0 for group, _ in KIND_GROUPS}
+    lookup = {kind: group for group, kinds in KIND_GROUPS for kind in kinds}
+    for event in trace.events:
+        group = lookup.get(event.kind)
+        if group is not None:
+            totals[group] += event.duration_s
+    return totals
+
+
+def compare(plan: "Plan", predicted: "Trace", measured: "Trace",
+            measured_peaks: tuple[int, ...] | None = None) -> Validation:
+    """The comparison table of one plan. ``measured_peaks`` defaults to the trace's samples."""
+    pred_m, meas_m = batch_metrics(plan, predicted, 0.0), batch_metrics(plan, measured, 0.0)
+    rows = [Row(metric="iteration time", unit="s", predicted=pred_m.iteration_time_s,
+                measured=meas_m.iteration_time_s)]
+    pred_k, meas_k = kind_totals_s(predicted), kind_totals_s(measured)
+    rows += [Row(metric=f"{group} total", unit="s", predicted=pred_k[group],
+                 measured=meas_k[group]) for group, _ in KIND_GROUPS]
+    rows.append(Row(metric="bubble ratio", unit="ratio", predicted=pred_m.bubble_ratio,
+                    measured=meas_m.bubble_ratio))
+    peaks = measured_peaks or tuple(measured.peak_memory_bytes())
+    mem_rows = [Row(metric=f"peak memory device {d}", unit="bytes", predicted=float(p),
+                    measured=float(m)) for d, (p, m) in enumerate(zip(predicted.peak_memory_bytes(),
+                                                                      peaks))]
+    rows += mem_rows
+    worst = max(mem_rows, key=lambda r: abs(r.rel_error or 0.0))
+    return Validation(plan=plan, predicted=predicted, measured=measured, rows=tuple(rows),
+                      iteration_time_error=rows[0].rel_error or 0.0,
+                      peak_memory_error=worst.rel_error or 0.0)
+
+
+def bare_cost_model(scenario: "Scenario"):
+    """The scenario's table cost model without the allocator allowance (module docstring)."""
+    from ltsim.costs_table import TableCostModel
+    from ltsim.memory import NO_ALLOCATOR_OVERHEAD
+
+    if scenario.cluster.device.is_unit:
+        raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
+                          "unit", "use hardware.preset = \"cpu\" on this machine")
+    cost = TableCostModel(scenario.model, scenario.parallel, scenario.cluster,
+                          overhead=NO_ALLOCATOR_OVERHEAD)
+    cost.profile.take_warnings()  # the cached profile keeps earlier runs' warnings
+    return cost
+
+
+def executor_device(scenario: "Scenario") -> tuple[str, str]:
+    """(backend, device) to run the scenario's plan on this machine; raises ConfigError."""
+    if scenario.cluster.device.name == "cpu":
+        return "gloo", "cpu"
+    import torch
+
+    needed = scenario.parallel.num_sim_devices
+    if torch.cuda.device_count() >= needed:
+        return "nccl", "cuda"
+    raise ConfigError("hardware.preset", f"'cpu', or a GPU preset on a machine with {needed} CUDA "
+                      "devices", scenario.cluster.device.name,
+                      f"this machine has {torch.cuda.device_count()}; use --set hardware.preset=cpu")
+
+
+def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3,
+                      seed: int = 0) -> Validation:
+    """Simulate the scenario's first batch and execute its plan; raises ConfigError, PlanError."""
+    from ltsim.executor.runtime import execute_plan
+    from ltsim.runner import run
+
+    cost = bare_cost_model(scenario)
+    backend, device = executor_device(scenario)
+    sim = run(scenario.with_overrides({"workload.num_batches": 1}), cost=cost)
+    plan = sim.plans[0]
+    measured = execute_plan(plan, scenario.model, scenario.parallel, backend=backend,
+                            device=device, seed=seed, warmup=warmup, repeats=repeats)
+    validation = compare(plan, sim.traces[0], measured.trace,
+                         measured.peak_memory_bytes_per_device)
+    return replace(validation, measured_iteration_times_s=tuple(measured.iteration_times_s),
+                   warnings=sim.result.warnings)
+
+
+def format_rows(rows: tuple[Row, ...]) -> list[list[str]]:
+    def fmt(value: float, unit: str) -> str:
+        if unit == "s":
+            return f"{value * 1e3:.2f} ms"
+        if unit == "bytes":
+            return f"{value / 2**20:.2f} MiB"
+        return f"{100 * value:.2f}%"
+
+    out = []
+    for row in rows:
+        error = row.rel_error
+        out.append([row.metric, fmt(row.predicted, row.unit), fmt(row.measured, row.unit),
+                    "-" if error is None else f"{100 * error:+.1f}%"])
+    return out
+
+
+def markdown_table(header: list[str], cells: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+def summary_text(validation: Validation, tolerance: float) -> str:
+    verdict = "within" if validation.within(tolerance) else "OUTSIDE"
+    table = markdown_table(["metric", "predicted", "measured", "error"],
+                           format_rows(validation.rows))
+    times = ", ".join(f"{t * 1e3:.1f}" for t in validation.measured_iteration_times_s)
+    lines = [table, ""]
+    if times:
+        lines.append(f"measured iterations (ms): {times}; the median one is compared")
+    lines += [f"warning: {w}" for w in validation.warnings[:10]]
+    lines.append(f"iteration time error {100 * validation.iteration_time_error:+.1f}%, "
+                 f"peak memory error {100 * validation.peak_memory_error:+.1f}% (worst device): "
+                 f"{verdict} the tolerance of {100 * tolerance:.1f}%")
+    return "\n".join(lines)
+
+
+def write_outputs(validation: Validation, out: Path, title: str, tolerance: float) -> list[Path]:
+    """The table (CSV, markdown), summary JSON, Gantt figure and Chrome traces under ``out``."""
+    from ltsim.viz import plot_compare
+
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "comparison.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["metric", "unit", "predicted", "measured", "rel_error"])
+        for row in validation.rows:
+            writer.writerow([row.metric, row.unit, row.predicted, row.measured, row.rel_error])
+    text = summary_text(validation, tolerance)
+    (out / "comparison.md").write_text(f"# {title}\n\n{text}\n")
+    summary: dict[str, Any] = {
+        "title": title, "tolerance": tolerance, "within": validation.within(tolerance),
+        "iteration_time_error": validation.iteration_time_error,
+        "peak_memory_error": validation.peak_memory_error,
+        "rows": [{"metric": r.metric, "unit": r.unit, "predicted": r.predicted,
+                  "measured": r.measured, "rel_error": r.rel_error} for r in validation.rows]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    validation.predicted.write_chrome_trace(out / "predicted_trace.json")
+    validation.measured.write_chrome_trace(out / "measured_trace.json")
+    figure = plot_compare(validation.predicted, validation.measured, out / "gantt.png",
+                          plan=validation.plan, title=title)
+    return [out / n for n in ("comparison.csv", "comparison.md", "summary.json")] + [figure]
+
+
+def run_validate_command(args: argparse.Namespace) -> int:
+    """``ltsim validate``: 0 within tolerance, 1 outside (2, bad input, is the CLI's ConfigError)."""
+    from ltsim.profiles import resolve_profile
+    from ltsim.scenario import load_scenario
+
+    if not args.tolerance > 0:
+        raise ConfigError("--tolerance", "a positive fraction (0.10 = 10%)", args.tolerance)
+    resolve_profile(args.profile)  # ProfileError now, before anything runs
+    scenario = load_scenario(args.scenario, args.set).with_overrides(
+        {"hardware.profile": str(args.profile)})
+    validation = validate_scenario(scenario)
+    title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"
+    text = summary_text(validation, args.tolerance)
+    if args.out:
+        paths = write_outputs(validation, Path(args.out), title, args.tolerance)
+        text += "\n" + "\n".join(f"written {p}" for p in paths)
+    print(text)
+    return 0 if validation.within(args.tolerance) else 1

@@ -1,0 +1,214 @@
+"""Executor on CPU (gloo): multi-process pipeline and DP runs of real plans against a single process.
+
+Every run spawns one process per simulated device, so the runs are few and share fixtures: a
+float64 model small enough that a run takes a few seconds, most of it process start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ltsim.cli import main as cli_main  # noqa: E402
+from ltsim.costs import UnitCostModel  # noqa: E402
+from ltsim.errors import ConfigError, PlanError  # noqa: E402
+from ltsim.executor import kernels  # noqa: E402
+from ltsim.executor.memtrack import MemoryTracker  # noqa: E402
+from ltsim.executor.model import Transformer, pack_chunk  # noqa: E402
+from ltsim.executor.runtime import check_trace, execute_plan, make_tokens  # noqa: E402
+from ltsim.model import get_model  # noqa: E402
+from ltsim.parallel import ParallelConfig  # noqa: E402
+from ltsim.plan import OpKind  # noqa: E402
+from ltsim.sim.metrics import batch_metrics  # noqa: E402
+from ltsim.sim.trace import Trace  # noqa: E402
+from ltsim.strategies import get_strategy  # noqa: E402
+from ltsim.strategies.base import PlanContext  # noqa: E402
+
+SPEC = dataclasses.replace(get_model("llama-tiny"), hidden_size=64, ffn_hidden_size=128,
+                           vocab_size=256)  # 4 layers, 8 heads, 4 KV heads, untied
+LENGTHS = (96, 7, 12, 5, 40)
+SEED = 5
+TOL = 1e-10
+
+
+def make_plan(name: str, pp: int = 2, dp: int = 1, lengths=LENGTHS, **options):
+    parallel = ParallelConfig(pp=pp, dp=dp)
+    ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
+    strategy = get_strategy(name)
+    return strategy.plan(tuple(lengths), ctx, strategy.parse(options)), parallel
+
+
+def run(plan, parallel, **kwargs):
+    return execute_plan(plan, SPEC, parallel, seed=SEED, dtype="fp64", warmup=0, repeats=1,
+                        return_grads=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Loss and gradients of one process over the whole sequences (whole model, float64)."""
+    tokens = make_tokens(LENGTHS, SPEC.vocab_size, SEED)
+    model = Transformer(SPEC, seed=SEED, dtype=torch.float64)
+    loss = model(pack_chunk([(s, 0, n) for s, n in enumerate(LENGTHS)], tokens))
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def rel_err(got: dict, ref: dict) -> float:
+    return max(((got[n] - ref[n]).abs().max() / ref[n].abs().max()).item() for n in got)
+
+
+def assert_matches(measured, reference, replicas: int = 1) -> None:
+    ref_loss, ref_grads = reference
+    assert abs(measured.loss - ref_loss) / abs(ref_loss) < TOL
+    per_replica = len(measured.grads) // replicas
+    for replica in range(replicas):
+        merged = {}
+        for grads in measured.grads[replica * per_replica:(replica + 1) * per_replica]:
+            assert not set(grads) & set(merged)
+            merged.update(grads)
+        assert set(merged) == set(ref_grads)
+        assert rel_err(merged, ref_grads) < TOL
+
+
+def test_megatron_pipeline_matches_single_process(reference):
+    plan, parallel = make_plan("megatron-1f1b")
+    measured = run(plan, parallel)
+    assert_matches(measured, reference)
+    trace = measured.trace
+    assert isinstance(trace, Trace) and trace.source == "measured"
+    assert check_trace(plan, trace) == []
+    assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
+    metrics = batch_metrics(plan, trace, 1.0)
+    assert metrics.iteration_time_s == pytest.approx(trace.makespan_s) and trace.makespan_s > 0
+    assert 0.0 <= metrics.bubble_ratio < 1.0
+    assert trace.to_frame().shape == (len(trace.events), 8)
+    peaks = measured.peak_memory_bytes_per_device
+    assert all(p > s for p, s in zip(peaks, trace.static_bytes))
+    params = [sum(p.numel() * 8 for p in Transformer(SPEC, layers=r, dtype=torch.float64)
+                  .parameters()) for r in plan.stage_layers]
+    # fp64 Adam: weights + grads + two moments are created by the first step (not yet here)
+    assert list(trace.static_bytes) == [2 * p for p in params]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_chunkflow_dependent_chunks_match_single_process(reference, k):
+    plan, parallel = make_plan("chunkflow", chunk_size=32, k=k)
+    assert any(op.kind is OpKind.R for op in plan.ops())  # 96 tokens -> 3 dependent chunks
+    measured = run(plan, parallel)
+    assert_matches(measured, reference)
+    assert check_trace(plan, measured.trace) == []
+
+
+def test_data_parallel_replicas_get_identical_gradients(reference):
+    plan, parallel = make_plan("chunkflow", pp=1, dp=2, chunk_size=64, k=1)
+    measured = run(plan, parallel)
+    assert len(measured.grads) == 2
+    a, b = measured.grads
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert_matches(measured, reference, replicas=2)  # the all-reduced sum is the whole batch's gradient
+    coll = [e for e in measured.trace.events if e.kind == "COLL"]
+    assert len(coll) == 2 and all(e.end_s > e.start_s for e in coll)
+
+
+def test_measured_iterations_and_memory():
+    plan, parallel = make_plan("megatron-1f1b", pp=1, lengths=(64, 32))
+    measured = execute_plan(plan, SPEC, parallel, warmup=1, repeats=2, optimizer="sgd")
+    assert len(measured.traces) == 2 and len(measured.losses) == 2
+    assert measured.iteration_time_s > 0 and measured.grads is None
+    assert measured.losses[1] < measured.losses[0] + 1.0  # steps did not blow up
+    for trace in measured.traces:
+        assert check_trace(plan, trace) == []
+    assert measured.trace in measured.traces
+
+
+def test_bad_arguments():
+    plan, parallel = make_plan("megatron-1f1b", pp=2)
+    with pytest.raises(ConfigError, match="'executor.backend' must be 'gloo' or 'nccl'"):
+        execute_plan(plan, SPEC, parallel, backend="mpi")
+    with pytest.raises(ConfigError, match="'executor.backend' must be 'gloo' on CPU"):
+        execute_plan(plan, SPEC, parallel, backend="nccl")
+    with pytest.raises(ConfigError, match="'parallel' must be pp x dp = 2"):
+        execute_plan(plan, SPEC, ParallelConfig(pp=1))
+    with pytest.raises(ConfigError, match="'parallel.tp' must be 1 with cp 1"):
+        execute_plan(plan, SPEC, ParallelConfig(pp=2, tp=2))
+    split = dataclasses.replace(plan, programs=tuple(
+        dataclasses.replace(p, ops=tuple(dataclasses.replace(op, kind=OpKind.W)
+                                         if op.kind is OpKind.B else op for op in p.ops))
+        for p in plan.programs))
+    with pytest.raises(PlanError, match="cannot run W ops"):
+        execute_plan(split, SPEC, parallel)
+
+
+def test_lean_kernels_match_eager_formulas_and_gradcheck():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, generator=gen, requires_grad=True)
+    eager = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    assert torch.allclose(kernels.rms_norm(x, w, 1e-6), eager, rtol=1e-12, atol=0)
+    assert torch.autograd.gradcheck(lambda a, b: kernels.rms_norm(a, b, 1e-6), (x, w))
+    u = torch.randn(5, 12, dtype=torch.float64, generator=gen, requires_grad=True)
+    gate, up = u.chunk(2, dim=-1)
+    assert torch.allclose(kernels.swiglu(u), torch.nn.functional.silu(gate) * up, rtol=1e-12)
+    assert torch.autograd.gradcheck(kernels.swiglu, (u,))
+    q = torch.randn(7, 3, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+    positions = torch.arange(5, 12)
+    cos, sin = kernels.rope_tables(positions, 8, torch.float64)
+    rotated = torch.cat([-q[..., 4:], q[..., :4]], dim=-1)
+    assert torch.allclose(kernels.rope(q, positions), q * cos + rotated * sin, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda a: kernels.rope(a, positions), (q,))
+
+
+def test_memory_tracker_counts_saved_storages_once():
+    layer = torch.nn.Linear(16, 16, dtype=torch.float64)
+    tracker = MemoryTracker()
+    static = tracker.set_static(layer.parameters())
+    assert static == (16 * 16 + 16) * 8
+    x = torch.randn(32, 16, dtype=torch.float64, requires_grad=True)
+    with tracker.hooks():
+        y = layer(x)  # saves x (the weight is static, not counted again)
+        z = (y * y).sum()  # saves y twice: one storage
+    assert tracker.saved_bytes == 2 * 32 * 16 * 8 and tracker.num_saved_storages == 2
+    assert tracker.live_bytes([x, y[:3], None]) == static + tracker.saved_bytes
+    z.backward()
+    assert tracker.saved_bytes == 0 and tracker.num_saved_storages == 0
+    assert tracker.live_bytes([x]) == static + 32 * 16 * 8
+
+
+def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
+    from ltsim.errors import ProfileError
+    from ltsim.profiles import load_profile
+
+    try:
+        load_profile("profiles/cpu-ci")
+    except ProfileError as exc:  # being rebuilt (the profiler writes its tables one by one)
+        pytest.skip(str(exc))
+    scenario = repo / "validation" / "executor" / "cpu-llama-tiny.toml"
+    args = ["validate", str(scenario), "--profile", "profiles/cpu-ci", "--out", str(tmp_path),
+            "--set", "workload.lengths=[96, 32]", "--set", "strategy.chunk_size=64",
+            "--tolerance", "10"]  # tiny chunks: only the outputs and the exit code are checked
+    assert cli_main(args) == 0
+    out = capsys.readouterr().out
+    assert "| iteration time |" in out and "| peak memory device 1 |" in out
+    for name in ("comparison.csv", "comparison.md", "summary.json", "gantt.png",
+                 "predicted_trace.json", "measured_trace.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["within"] and summary["rows"][0]["metric"] == "iteration time"
+    assert abs(summary["iteration_time_error"]) > 1e-9  # so --tolerance 1e-9 would exit 1
+    assert cli_main(["validate", str(scenario), "--profile", "no-such-profile"]) == 2
+    assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
+                     "--set", "hardware.preset=unit"]) == 2
+    assert "must be a real device" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_nccl_pipeline_on_gpu(reference):
+    plan, parallel = make_plan("chunkflow", chunk_size=32, k=1)
+    measured = run(plan, parallel, backend="nccl", device="cuda")
+    assert_matches(measured, reference)
+    assert check_trace(plan, measured.trace) == []
