@@ -4,7 +4,8 @@ A simulated device is one pipeline stage of one DP replica; its tp x cp GPUs run
 every number here is for one GPU of the device. Per chunk and stage (``layers`` = the stage's):
 
 forward  = layers x (GEMMs + attention + elementwise + TP collectives) [+ LM head and loss last stage]
-  GEMMs (Megatron's column/row-parallel layers; with SP the GEMM sees all T/cp tokens of the chunk):
+  GEMMs (Megatron's column/row-parallel layers; with SP the GEMM sees all T/cp tokens of the chunk;
+    each at least the time to stream its weight from device memory):
     QKV (T, h) @ (h, (h + 2 kv_h)/tp); out (T, h/tp) @ (h/tp, h); MLP up (T, h) @ (h, g ffn/tp),
     g = 2 for SwiGLU else 1; down (T, ffn/tp) @ (ffn/tp, h)
   attention: per slice, q = its tokens, kv = context + q, heads/tp, from attention.csv; ring CP
@@ -56,10 +57,11 @@ class TableCostModel:
         self.gpus_per_sim_device = parallel.tp * parallel.cp
         self.e = dtype_bytes(model.dtype)
         self._notes: set[str] = set()
+        self._elementwise = _elementwise_curves(self.profile.path)
         self._layer_fwd = lru_cache(maxsize=None)(self._layer_forward_s)
         self._attn = lru_cache(maxsize=None)(self._attention_s)
         self._chunk_cache: dict[tuple, float] = {}
-        self._plan_id = -1
+        self._plan: Plan | None = None
 
     # -- scopes: Megatron's rank order puts tp fastest, then cp, then dp, then pp ---------------
     def _scope(self, span: int) -> str:
@@ -76,27 +78,46 @@ class TableCostModel:
 
     # -- per-layer pieces -------------------------------------------------------------------------
     def _gemm(self, m: int, n: float, k: float) -> float:
-        return self.profile.gemm_time_s(m, max(1, int(n)), max(1, int(k)), self.model.dtype)
+        """Table time, but never less than streaming the (k, n) weight from device memory once:
+        microbenchmarks reuse one weight that stays in cache, a model's layers do not
+        (validation/executor/cpu_notes.md measured +0.15 ms per small GEMM on the CPU)."""
+        n, k = max(1, int(n)), max(1, int(k))
+        table = self.profile.gemm_time_s(m, n, k, self.model.dtype)
+        return max(table, k * n * self.e / self.cluster.device.hbm_bytes_per_s)
 
-    def _layer_forward_s(self, tokens: int) -> tuple[float, float]:
-        """(GEMM + elementwise seconds, TP collective seconds) of one layer's forward."""
+    def _layer_forward_s(self, tokens: int) -> tuple[float, float, float, float]:
+        """(GEMM, elementwise forward, elementwise backward, TP collective) seconds of one layer."""
         m, tp, h = self.model, self.parallel.tp, self.model.hidden_size
         g = 2 if m.arch == "llama" else 1
         gemm = (self._gemm(tokens, (h + 2 * m.kv_hidden_size) / tp, h)
                 + self._gemm(tokens, h, h / tp)
                 + self._gemm(tokens, g * m.ffn_hidden_size / tp, h)
                 + self._gemm(tokens, h, m.ffn_hidden_size / tp))
-        moved = tokens * (10 * h + 3 * g * m.ffn_hidden_size / tp) * self.e
-        elementwise = moved / self.cluster.device.hbm_bytes_per_s
+        elem_fwd, elem_bwd = self._elementwise_s(tokens)
         if tp == 1:
-            return gemm + elementwise, 0.0
+            return gemm, elem_fwd, elem_bwd, 0.0
         act_bytes = tokens * h * self.e
         if self.parallel.sequence_parallel:
             comm = 2 * (self._coll("all_gather", tp, tp, act_bytes)
                         + self._coll("reduce_scatter", tp, tp, act_bytes))
         else:
             comm = 2 * self._coll("all_reduce", tp, tp, act_bytes)
-        return gemm + elementwise, comm
+        return gemm, elem_fwd, elem_bwd, comm
+
+    def _elementwise_s(self, tokens: int) -> tuple[float, float]:
+        """Norms, residual adds, RoPE and the MLP activation of one layer (forward, backward):
+        from the profile's elementwise.csv where it has this model's widths, else bytes / HBM."""
+        m, tp = self.model, self.parallel.tp
+        ops = (("rmsnorm", m.hidden_size, 2), ("residual_add", m.hidden_size, 2),
+               ("swiglu", m.ffn_hidden_size // tp, 1),
+               ("rope", (m.num_attention_heads + m.num_kv_heads) // tp * m.head_dim, 1))
+        if m.arch == "llama" and all((op, w, "fwd") in self._elementwise for op, w, _ in ops):
+            return tuple(sum(n * _interp(self._elementwise[(op, w, p)], tokens) for op, w, n in ops)
+                         for p in ("fwd", "bwd"))
+        g = 2 if m.arch == "llama" else 1
+        moved = tokens * (10 * m.hidden_size + 3 * g * m.ffn_hidden_size / tp) * self.e
+        fwd = moved / self.cluster.device.hbm_bytes_per_s
+        return fwd, 2 * fwd
 
     def _attention_s(self, q: int, kv: int, pass_: str) -> float:
         """One layer's attention kernel over one slice on one GPU (CP splits the work or heads)."""
@@ -130,7 +151,7 @@ class TableCostModel:
         first, stop = plan.stage_layers[stage]
         layers = stop - first
         tokens = max(1, -(-chunk.num_tokens // self.parallel.cp))
-        dense, tp_comm = self._layer_fwd(tokens)
+        gemm, elem_fwd, elem_bwd, tp_comm = self._layer_fwd(tokens)
         attn_pass = "bwd" if kind is OpKind.B else "fwd"
         attn = sum(self._attn(s.num_tokens, s.stop, attn_pass) for s in chunk.slices)
         cp_comm = self._cp_comm_s(chunk, attn_pass)
@@ -139,8 +160,12 @@ class TableCostModel:
         else:
             attn += cp_comm
         scale = 2.0 if kind is OpKind.B else 1.0
-        total = layers * (scale * dense + attn + tp_comm)
-        if stage == plan.num_stages - 1 and kind is not OpKind.R:
+        dense = scale * gemm + (elem_bwd if kind is OpKind.B else elem_fwd)
+        total = layers * (dense + attn + tp_comm)
+        # A recompute rebuilds the logits too, except under Megatron's full recompute, whose
+        # checkpoints cover the transformer layers only.
+        head_too = kind is not OpKind.R or self.parallel.recompute != "full"
+        if stage == plan.num_stages - 1 and head_too:
             m = self.model
             head = self._gemm(tokens, m.vocab_size / self.parallel.tp, m.hidden_size)
             loss = tokens * m.vocab_size / self.parallel.tp * 4 * 3 / self.cluster.device.hbm_bytes_per_s
@@ -179,8 +204,8 @@ class TableCostModel:
 
     def _use_plan(self, plan: Plan) -> None:
         """Per-plan caches (chunk lookup, per-op durations) are rebuilt when the plan changes."""
-        if self._plan_id != id(plan):
-            self._plan_id, self._chunk_cache = id(plan), {}
+        if self._plan is not plan:  # holding the plan keeps its id from being reused
+            self._plan, self._chunk_cache = plan, {}
             self._chunks = {c.index: c for c in plan.chunks}
 
     def duration_s(self, op: Op, plan: Plan) -> float:
@@ -255,3 +280,35 @@ class TableCostModel:
 
     def warnings(self) -> list[str]:
         return sorted(set(self.profile.warnings()) | self._notes)
+
+
+def _elementwise_curves(directory) -> dict[tuple[str, int, str], tuple]:
+    """(op, width, pass) -> (log tokens, log seconds) from elementwise.csv, if the profile has one."""
+    import numpy as np
+
+    from ltsim.errors import ProfileError
+    from ltsim.profiles import read_table
+
+    try:
+        frame = read_table(directory, "elementwise")
+    except ProfileError:
+        return {}
+    curves = {}
+    for (op, width, pass_), rows in frame.groupby(["op", "hidden", "pass"]):
+        rows = rows.groupby("num_tokens").time_s.median()
+        curves[(op, int(width), pass_)] = (np.log(rows.index.to_numpy(float)),
+                                           np.log(rows.to_numpy(float)))
+    return curves
+
+
+def _interp(curve: tuple, tokens: int) -> float:
+    """Log-log interpolation; beyond the table, the end segment's throughput (time ~ tokens)."""
+    import math
+
+    import numpy as np
+
+    log_tokens, log_times = curve
+    x = math.log(max(tokens, 1))
+    if x > log_tokens[-1]:
+        return math.exp(log_times[-1] + x - log_tokens[-1])
+    return math.exp(float(np.interp(x, log_tokens, log_times)))

@@ -19,9 +19,8 @@ executor's state store checks it). Peak activation memory per group is K chunks,
 state (and its gradients) of the sequence.
 
 Memory effects per stage: a kept chunk allocates ``act`` at F (its K/V are part of it); a
-discarded one allocates ``act`` and frees it within its F (a transient), keeping ``ckpt`` (its
-stage input) and ``kv`` (its K/V, unless it is the last chunk) until its R, which rebuilds ``act``
-and releases ``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks
+discarded one runs its F without autograd, keeping only ``ckpt`` (its stage input) and ``kv`` (its
+K/V, unless it is the last chunk) until its R, which rebuilds ``act`` and releases ``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks
 0..N-2; each chunk's B frees its own buffers.
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
@@ -103,7 +102,9 @@ def group_actions(ids: list[int], k: int, full_recompute: bool) -> tuple[list[li
             fwd.append([Action(OpKind.F, c, allocs=("act",))])
         else:
             state = ("kv",) if i < n - 1 else ()
-            fwd.append([Action(OpKind.F, c, allocs=("act", "ckpt") + state, frees=("act",))])
+            # run without autograd: only the stage input and the K/V stay (one layer's working
+            # set is transient and not modelled)
+            fwd.append([Action(OpKind.F, c, allocs=("ckpt",) + state)])
     bwd: list[list[Action]] = []
     for i in range(n - 1, -1, -1):
         c = ids[i]
