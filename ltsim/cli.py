@@ -24,7 +24,9 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltsim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ltsim", description="Simulate, compare, size and validate long-context LLM training "
+        "schedules. Exit codes: 0 ok, 1 a check or validation out of tolerance, 2 bad input.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("simulate", help="predict one scenario")
     _scenario_args(p)
