@@ -20,11 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ltsim.executor.model import rope  # time exactly what the executor runs
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
-ROPE_THETA = 10000.0
 KEY_FIELDS = ("op", "num_tokens", "hidden", "head_dim", "dtype", "pass_")
 PASSES = ("fwd", "bwd")
 
@@ -50,17 +50,6 @@ def elementwise_points(shards: Sequence[ShardShape], tokens: Sequence[int]) -> t
                                        head_dim=shard.head_dim if op == "rope" else 0)
                     points.setdefault(point.key, point)
     return tuple(points.values())
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE of x (T, H, D) at positions (T,), as the executor computes it."""
-    dim = x.shape[-1]
-    inv_freq = ROPE_THETA ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
-    cos = torch.cat([angles.cos()] * 2, dim=-1).to(x.dtype)[:, None, :]
-    sin = torch.cat([angles.sin()] * 2, dim=-1).to(x.dtype)[:, None, :]
-    x1, x2 = x[..., :dim // 2], x[..., dim // 2:]
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 def _op_inputs(p: dict[str, Any], dtype: torch.dtype, device: torch.device
