@@ -12,8 +12,10 @@ forward  = layers x (GEMMs + attention + elementwise + TP collectives) [+ LM hea
     splits the work over cp ranks and overlaps the chunk's K/V ring exchange (cp - 1 P2P steps,
     twice in backward) with it (time = max of the two); Ulysses runs heads/(tp*cp) on each slice
     plus four all-to-alls of the chunk per layer
-  elementwise: norms, residual adds, RoPE, activation as bytes moved / HBM bandwidth (analytic;
-    ~(10 h + 3 g ffn/tp) x dtype bytes per token per layer, counted from the Megatron layer)
+  elementwise: from the profile's elementwise.csv when it has the model's widths, else bytes moved /
+    HBM bandwidth, an unvalidated estimate of (10 h + 3 g ffn/tp) x dtype bytes per token per layer:
+    two norms (read + write h) and two residual adds (read 2h, write h), plus the MLP activation
+    (an upper bound: SwiGLU reads 2 ffn and writes ffn, counted as 6 ffn)
   TP: with SP 2 all-gathers + 2 reduce-scatters of T h e bytes per layer, else 2 all-reduces
 backward = 2 x forward GEMMs + attention backward (table) + elementwise x 2 + the same TP traffic
 recompute (R) = forward without the LM head
@@ -40,6 +42,7 @@ from ltsim.plan import Buffer, Chunk, Op, OpKind, Plan
 from ltsim.profiles import load_profile
 from ltsim.units import dtype_bytes
 
+# Adam over fp32 master weights: read param, grad, m, v (16 B), write param, m, v (12 B).
 OPT_BYTES_PER_PARAM = 28.0
 
 

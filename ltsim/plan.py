@@ -12,7 +12,6 @@ named collective. Tokens round-trip through :func:`parse_token`.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -208,13 +207,3 @@ class Plan:
             message, bad_key = problem
             raise PlanError(f"{self.strategy}: {message}\n{self.grid(mark=bad_key)}")
         return self
-
-
-def count_tokens(plan: Plan, kind: OpKind) -> Counter:
-    """Tokens processed per stage by ops of ``kind`` (for conservation checks)."""
-    per_chunk = {c.index: c.num_tokens for c in plan.chunks}
-    out: Counter = Counter()
-    for op in plan.ops():
-        if op.kind is kind:
-            out[op.stage] += per_chunk[op.chunk]
-    return out

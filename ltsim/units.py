@@ -21,10 +21,6 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def to_gib(num_bytes: float) -> float:
-    return num_bytes / GiB
-
-
 def fmt_bytes(num_bytes: float) -> str:
     """Human-readable GiB/MiB string for reports."""
     if abs(num_bytes) >= GiB:

@@ -24,7 +24,7 @@ from ltsim.errors import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Workload", "as_array", "dataset_names", "describe", "format_describe", "plot_histogram"]
+__all__ = ["Workload", "dataset_names", "describe", "format_describe", "plot_histogram"]
 
 THRESHOLDS_KIB = (1, 4, 8, 32, 128)  # the rows of ChunkFlow Table 1 / Skrull Table 1
 
@@ -109,10 +109,6 @@ def _truncated(source: LengthBins | LengthArray, max_length: int, key: str) -> L
         raise ConfigError(key, f"at least the shortest length in {source.name} ({shortest} tokens)",
                           max_length, "raise max_length; every sequence would be dropped")
     return kept
-
-
-def as_array(batch: tuple[int, ...]) -> np.ndarray:
-    return np.asarray(batch, dtype=np.int64)
 
 
 def _lengths_for_stats(source: LengthBins | LengthArray, num_samples: int,

@@ -28,7 +28,8 @@ descending order). Like Megatron's 1F1B it keeps at most p - stage chunks in fli
 p - stage - 1 forwards, then one forward one backward), except that a backward whose chunk has not
 been forwarded on this stage yet is not admissible: then it forwards further first. While a
 dependent group drains (in flight above the cap) it runs backwards only, so other chunks'
-activations do not pile up behind it. With no dependent chunks this is exactly Megatron's 1F1B.
+activations do not pile up behind it. With no dependent chunks this is exactly Megatron's 1F1B
+(both use pipeline.interleave_1f1b).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, OpKind, Plan, Slice
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.packing import POLICIES, pack
-from ltsim.strategies.pipeline import Action, build_plan
+from ltsim.strategies.pipeline import Action, build_plan, interleave_1f1b
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -120,29 +121,6 @@ def group_actions(ids: list[int], k: int, full_recompute: bool) -> tuple[list[li
     return fwd, bwd
 
 
-def state_aware_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int,
-                     num_stages: int) -> list[Action]:
-    """Interleave forward and backward items 1F1B-style; a backward waits for its chunk's forward.
-
-    Like Megatron's 1F1B a stage keeps at most ``num_stages - stage`` chunks in flight (forwarded,
-    not yet backwarded); it forwards beyond that only while the next backward is not admissible
-    (its chunk not yet forwarded here), as a dependent group's first backward needs all of the
-    group's forwards. With no dependent chunks this is exactly Megatron's order.
-    """
-    done: set[int] = set()
-    order: list[Action] = []
-    cap = num_stages - stage
-    f = b = 0
-    while b < len(bwd):
-        while f < len(fwd) and (f - b < cap or bwd[b][-1].chunk not in done):
-            order.extend(fwd[f])
-            done.add(fwd[f][0].chunk)
-            f += 1
-        order.extend(bwd[b])
-        b += 1
-    return order
-
-
 def _with_stage_deps(actions: list[Action], stage: int) -> list[Action]:
     out = []
     for a in actions:
@@ -168,7 +146,7 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
             fwd += f_items
             bwd += b_items
         for stage in range(ctx.parallel.pp):
-            steps = state_aware_1f1b(fwd, bwd, stage, ctx.parallel.pp)
+            steps = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)
             orders[(replica, stage)] = _with_stage_deps(steps, stage)
     return build_plan(strategy=NAME, options=asdict(options), ctx=ctx, seq_lengths=tuple(batch),
                       chunks=tuple(chunks), orders=orders)

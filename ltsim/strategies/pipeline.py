@@ -54,21 +54,34 @@ def one_f_one_b(chunks: list[int], stage: int, num_stages: int, recompute: str) 
     forward_backward_pipelining_without_interleaving).
     """
     fwd, bwd, needs_r = default_actions(recompute)
-    m = len(chunks)
-    warmup = min(num_stages - stage - 1, m)
-    order: list[tuple[str, int]] = [("F", c) for c in chunks[:warmup]]
-    for i in range(m - warmup):
-        order += [("F", chunks[warmup + i]), ("B", chunks[i])]
-    order += [("B", c) for c in chunks[m - warmup:]]
-    out: list[Action] = []
-    for kind, chunk in order:
-        if kind == "F":
-            out.append(Action(OpKind.F, chunk, **fwd))
-        else:
-            if needs_r:
-                out.append(Action(OpKind.R, chunk, allocs=("act",)))
-            out.append(Action(OpKind.B, chunk, **bwd))
-    return out
+    forwards = [[Action(OpKind.F, c, **fwd)] for c in chunks]
+    backwards = [([Action(OpKind.R, c, allocs=("act",))] if needs_r else [])
+                 + [Action(OpKind.B, c, **bwd)] for c in chunks]
+    return interleave_1f1b(forwards, backwards, stage, num_stages)
+
+
+def interleave_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int,
+                    num_stages: int) -> list[Action]:
+    """Interleave forward items and backward items 1F1B-style; item i of each list is one chunk.
+
+    A stage keeps at most ``num_stages - stage`` chunks in flight (forwarded, not yet backwarded):
+    warm-up of p - stage - 1 forwards, then one forward one backward, then the cool-down. It
+    forwards beyond that cap only while the next backward is not admissible (its chunk not yet
+    forwarded here), which ChunkFlow's dependent groups need. With backwards in forward order this
+    is exactly Megatron's 1F1B.
+    """
+    done: set[int] = set()
+    order: list[Action] = []
+    cap = num_stages - stage
+    f = b = 0
+    while b < len(bwd):
+        while f < len(fwd) and (f - b < cap or bwd[b][-1].chunk not in done):
+            order.extend(fwd[f])
+            done.add(fwd[f][0].chunk)
+            f += 1
+        order.extend(bwd[b])
+        b += 1
+    return order
 
 
 def build_plan(*, strategy: str, options: dict[str, Any], ctx: PlanContext,

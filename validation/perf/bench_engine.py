@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -98,7 +97,6 @@ def main() -> None:
     label, seconds = big_cluster(min(repeats, 3))
     print(f"One global batch of 1024 sequences on {label}, chunkflow 8K/K=2: {seconds:.2f} s "
           "(scenario load, sampling, plan, replay)")
-    _ = statistics
 
 
 if __name__ == "__main__":
