@@ -1,4 +1,4 @@
-"""``ltsim check``: CI regression of predicted speedups.
+"""CI regression of predicted speedups (``ltsim check``; the command itself is in ltsim.cli).
 
 A regression file lists cases; each compares a candidate scenario with a baseline scenario::
 
@@ -19,7 +19,7 @@ Paths are relative to the regression file's directory's parent when they do not 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,24 +105,16 @@ def write_cases(path: Path, cases: list[Case]) -> None:
     path.write_text("\n".join(out).lstrip("\n") + "\n")
 
 
-def run_check_command(args) -> int:
-    from dataclasses import replace
+def run_check(path: Path, *, update: bool = False) -> list[dict[str, Any]]:
+    """Evaluate every case of the file, one row each (see ``evaluate``).
 
-    from ltsim.report import format_table
-
-    cases = load_cases(args.file)
-    rows = [evaluate(args.file, c) for c in cases]
-    if args.update:
+    ``update``: record each predicted speedup as the case's ``expected_speedup`` in the file; the
+    rows then fail only on ``min_speedup`` and report no drift.
+    """
+    cases = load_cases(path)
+    rows = [evaluate(path, c) for c in cases]
+    if update:
         cases = [replace(c, expected_speedup=round(r["speedup"], 4)) for c, r in zip(cases, rows)]
-        write_cases(args.file, cases)
+        write_cases(path, cases)
         rows = [{**r, "ok": r["speedup"] >= c.min_speedup, "problems": []} for r, c in zip(rows, cases)]
-    columns = [("name", "case", str), ("speedup", "speedup", lambda x: f"{x:.3f}x"),
-               ("expected_speedup", "recorded", lambda x: f"{x}x"),
-               ("ok", "status", lambda x: "ok" if x else "FAIL")]
-    print(format_table(rows, columns))
-    for r in rows:
-        for problem in r["problems"]:
-            print(f"FAIL {r['name']}: {problem}")
-    if args.update:
-        print(f"recorded {len(rows)} speedups in {args.file}")
-    return 0 if all(r["ok"] for r in rows) else 1
+    return rows

@@ -1,5 +1,7 @@
 """Command line (DESIGN.md section 6): parse arguments, call the library, print.
 
+The only module that prints: the library returns values and strings (STYLE.md).
+
 Exit codes: 0 success; 1 a check or validation fell outside its tolerance; 2 bad input (one
 message on stderr, no traceback).
 """
@@ -7,9 +9,11 @@ message on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ltsim.errors import ConfigError, LtsimError
 
@@ -155,31 +159,114 @@ def _rebuild(raw: dict[str, Any], source: str):
     return build_scenario(raw, source=source)
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from ltsim.planner import run_sweep_command
+def _progress_bar(started_s: float) -> Callable[[int, int], None]:
+    """A sweep's one-line progress bar on stderr: ``show(done, total)``."""
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = int(width * done / max(total, 1))
+        elapsed = time.perf_counter() - started_s
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f}s")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
 
-    return run_sweep_command(args)
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Expand the grid, evaluate, print the ranking, plot the heatmap."""
+    from ltsim.planner import expand_grid, rank, run_sweep
+    from ltsim.report import format_sweep, to_json
+    from ltsim.scenario import load_scenario
+    from ltsim.sweepstore import SweepStore
+
+    scenario = load_scenario(args.scenario, args.set)
+    points = expand_grid(args.grid)
+    if not points or not args.grid:
+        raise ConfigError("--grid", "given at least once", None, "e.g. --grid strategy.k=1,2,4")
+    store = SweepStore(args.db) if args.db else SweepStore()
+    show = _progress_bar(time.perf_counter()) if sys.stderr.isatty() and not args.json else None
+    rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show))
+    keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
+    if args.plot and len(keys) >= 2:
+        import pandas as pd
+
+        from ltsim.viz import plot_heatmap
+
+        frame = pd.DataFrame([r for r in rows if "error" not in r])
+        plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
+                     path=args.plot, title=f"{scenario.name}: iteration time")
+    print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
+    if args.plot and not args.json:
+        print(f"heatmap written to {args.plot}")
+    return EXIT_OK
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     try:
-        from ltsim.profiler.cli import run
+        from ltsim.profiler.cli import run_from_args
     except ImportError as exc:
         raise ConfigError("ltsim profile", "run with torch installed", str(exc),
                           "pip install torch==2.13.0 (CPU) or a CUDA build") from exc
-    return run(args)
+    try:
+        out = run_from_args(args, progress=sys.stderr)
+    except LtsimError as exc:
+        print(f"ltsim profile: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"\nltsim profile: interrupted; finished tables and <table>.partial.csv checkpoints "
+              f"are in {args.out}. Fix: run the same command with --resume", file=sys.stderr)
+        return 130
+    print(out)
+    return EXIT_OK
+
+
+def profile_main(argv: list[str] | None = None) -> int:
+    """``python -m ltsim.profiler ...``: ``ltsim profile`` without the ``ltsim`` front end."""
+    from ltsim.profiler import cli as profiler_cli
+
+    parser = argparse.ArgumentParser(prog="ltsim profile",
+                                     description=(profiler_cli.__doc__ or "").split("\n\n")[0])
+    profiler_cli.add_arguments(parser)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    return cmd_profile(parser.parse_args(argv))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ltsim.validate import run_validate_command
+    """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
+    from ltsim.profiles import resolve_profile
+    from ltsim.scenario import load_scenario
+    from ltsim.validate import summary_text, validate_scenario, write_outputs
 
-    return run_validate_command(args)
+    if not args.tolerance > 0:
+        raise ConfigError("--tolerance", "a positive fraction (0.10 = 10%)", args.tolerance)
+    resolve_profile(args.profile)  # ProfileError now, before anything runs
+    scenario = load_scenario(args.scenario, args.set).with_overrides(
+        {"hardware.profile": str(args.profile)})
+    validation = validate_scenario(scenario)
+    title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"
+    text = summary_text(validation, args.tolerance)
+    if args.out:
+        paths = write_outputs(validation, Path(args.out), title, args.tolerance)
+        text += "\n" + "\n".join(f"written {p}" for p in paths)
+    print(text)
+    return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ltsim.check import run_check_command
+    from ltsim.check import run_check
+    from ltsim.report import format_table
 
-    return run_check_command(args)
+    rows = run_check(args.file, update=args.update)
+    columns = [("name", "case", str), ("speedup", "speedup", lambda x: f"{x:.3f}x"),
+               ("expected_speedup", "recorded", lambda x: f"{x}x"),
+               ("ok", "status", lambda x: "ok" if x else "FAIL")]
+    print(format_table(rows, columns))
+    for r in rows:
+        for problem in r["problems"]:
+            print(f"FAIL {r['name']}: {problem}")
+    if args.update:
+        print(f"recorded {len(rows)} speedups in {args.file}")
+    return EXIT_OK if all(r["ok"] for r in rows) else EXIT_CHECK_FAILED
 
 
 def cmd_workload(args: argparse.Namespace) -> int:

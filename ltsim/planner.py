@@ -8,8 +8,6 @@ ChunkFlow's ChunkSize and K; any scenario key can be swept the same way.
 from __future__ import annotations
 
 import itertools
-import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -68,7 +66,11 @@ def _executor(spec: str) -> tuple[str, int | str]:
 def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str = "local",
               store: SweepStore | None = None,
               progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Evaluate every point not already in ``store``; return all rows (resumed ones included)."""
+    """Evaluate every point not already in ``store``; return all rows (resumed ones included).
+
+    ``progress(done, total)`` is called after each point is stored (the command line draws its
+    progress bar with it).
+    """
     store = store or SweepStore()
     fp = fingerprint(scenario.raw)
     done = store.done(fp)
@@ -121,43 +123,3 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return (not ok, "error" in row, row.get("iteration_time_s") or float("inf"))
 
     return sorted(rows, key=key)
-
-
-def _progress_bar(done: int, total: int, started: list[float]) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
-    elapsed = time.perf_counter() - started[0]
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f}s")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def run_sweep_command(args) -> int:
-    """``ltsim sweep``: expand the grid, evaluate, print the ranking, plot the heatmap."""
-    from ltsim.report import format_sweep
-    from ltsim.scenario import load_scenario
-
-    scenario = load_scenario(args.scenario, args.set)
-    points = expand_grid(args.grid)
-    if not points or not args.grid:
-        raise ConfigError("--grid", "given at least once", None, "e.g. --grid strategy.k=1,2,4")
-    store = SweepStore(args.db) if args.db else SweepStore()
-    started = [time.perf_counter()]
-    show = (lambda d, t: _progress_bar(d, t, started)) if sys.stderr.isatty() and not args.json else None
-    rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show))
-    keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
-    if args.plot and len(keys) >= 2:
-        import pandas as pd
-
-        from ltsim.viz import plot_heatmap
-
-        frame = pd.DataFrame([r for r in rows if "error" not in r])
-        plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
-                     path=args.plot, title=f"{scenario.name}: iteration time")
-    from ltsim.report import to_json
-
-    print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
-    if args.plot and not args.json:
-        print(f"heatmap written to {args.plot}")
-    return 0

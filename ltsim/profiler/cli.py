@@ -4,17 +4,16 @@
                   [--quick] [--resume] [--threads N]
 
 Exit codes: 0 done, 2 bad input (one message on stderr, no traceback), 130 interrupted (Ctrl-C;
-rerun with --resume to continue).
+rerun with --resume to continue). The command itself (messages, exit codes) is `ltsim.cli`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from pathlib import Path
+from typing import TextIO
 
-from ltsim.errors import ConfigError, LtsimError
+from ltsim.errors import ConfigError
 
 
 def _tp_list(text: str) -> list[int]:
@@ -44,33 +43,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default: torch's own choice)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the profile described by parsed `args`; returns the exit code."""
+def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
+    """Run the profile described by parsed `args`; returns the profile directory.
+
+    progress: the stream for the progress bar (drawn only when it is a terminal), or None.
+    Raises LtsimError for bad input; KeyboardInterrupt leaves the finished tables and checkpoints.
+    """
     from ltsim.profiler import run_profile
 
-    try:
-        if args.threads is not None:
-            if args.threads < 1:
-                raise ConfigError("--threads", "a positive integer", args.threads)
-            import torch
-            torch.set_num_threads(args.threads)
-        out = run_profile(device=args.device, out=args.out, models=list(args.models),
-                          tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,
-                          progress=True)
-    except LtsimError as exc:
-        print(f"ltsim profile: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"\nltsim profile: interrupted; finished tables and <table>.partial.csv checkpoints "
-              f"are in {args.out}. Fix: run the same command with --resume", file=sys.stderr)
-        return 130
-    print(out)
-    return 0
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError("--threads", "a positive integer", args.threads)
+        import torch
+        torch.set_num_threads(args.threads)
+    from ltsim.profiler.tables import progress_stream
+
+    with progress_stream(progress):
+        return run_profile(device=args.device, out=args.out, models=list(args.models),
+                           tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,
+                           progress=progress is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ltsim.profiler ...`: the same command without the `ltsim` front end."""
-    parser = argparse.ArgumentParser(prog="ltsim profile", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+    """`python -m ltsim.profiler ...`: the same command without the `ltsim` front end.
+
+    Kept for ltsim/profiler/__main__.py; the command (messages, exit codes) is ltsim.cli's.
+    """
+    from ltsim.cli import profile_main
+
+    return profile_main(argv)

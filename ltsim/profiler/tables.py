@@ -16,9 +16,10 @@ is measured again.
 from __future__ import annotations
 
 import gc
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -67,16 +68,33 @@ class TableJob:
     provenance: dict[str, Any]  # method, kernel(s), timing: goes to meta.json
 
 
+_STREAM: ContextVar[TextIO | None] = ContextVar("progress_stream", default=None)
+
+
+@contextmanager
+def progress_stream(stream: TextIO | None) -> Iterator[None]:
+    """Within the block, a `Progress` built without a stream draws on `stream` (the command line
+    passes sys.stderr; the library itself never picks a stream)."""
+    token = _STREAM.set(stream)
+    try:
+        yield
+    finally:
+        _STREAM.reset(token)
+
+
 class Progress:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+    """A one-line progress bar on `stream`, drawn only when that stream is a terminal.
+
+    Without `stream`, the one set by `progress_stream`; with neither, nothing is drawn.
+    """
 
     def __init__(self, *, enabled: bool, stream: TextIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and self.stream.isatty()
+        self.stream = stream if stream is not None else _STREAM.get()
+        self.enabled = enabled and self.stream is not None and self.stream.isatty()
         self.start_s = time.perf_counter()
 
     def update(self, table: str, done: float, total: int) -> None:
-        if not self.enabled:
+        if not self.enabled or self.stream is None:
             return
         width = 30
         filled = int(width * done / max(total, 1))

@@ -21,7 +21,8 @@ torch = pytest.importorskip("torch")
 
 from ltsim.errors import ConfigError  # noqa: E402
 from ltsim.profiler import run_profile  # noqa: E402
-from ltsim.profiler import cli  # noqa: E402
+from ltsim.cli import cmd_profile  # noqa: E402
+from ltsim.profiler.cli import add_arguments  # noqa: E402
 from ltsim.profiler.attention import sdpa_slice  # noqa: E402
 from ltsim.profiler.tables import Progress, TableJob, make_point, run_table  # noqa: E402
 from ltsim.profiles import TABLE_COLUMNS, read_meta, read_table  # noqa: E402
@@ -200,8 +201,8 @@ def test_progress_bar_only_on_a_terminal() -> None:
 def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                 argv: list[str], message: str) -> None:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(["--device", "cpu", "--out", str(tmp_path), "--model", "llama-tiny",
                               *argv])
-    assert cli.run(args) == 2
+    assert cmd_profile(args) == 2
     assert message in capsys.readouterr().err
