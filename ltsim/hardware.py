@@ -23,6 +23,8 @@ class DeviceSpec:
     intra_link_bytes_per_s: float  # per GPU, one direction (NVLink)
     inter_link_bytes_per_s: float  # per GPU, one direction (NIC)
     profile: str  # default profile directory, relative to the repository's profiles/
+    host_memory_bytes: float  # host (CPU) memory per GPU: the node's memory / its GPUs
+    host_link_bytes_per_s: float  # host <-> device copies, one direction (PCIe)
     is_unit: bool = False
 
 
@@ -45,6 +47,10 @@ class ClusterSpec:
         return self.memory_limit_bytes if self.memory_limit_bytes is not None else self.device.memory_bytes
 
     @property
+    def host_limit_bytes(self) -> float:
+        return self.device.host_memory_bytes
+
+    @property
     def profile_dir(self) -> str:
         return self.profile or self.device.profile
 
@@ -52,26 +58,34 @@ class ClusterSpec:
 # H100 SXM5: 989 TFLOP/s dense bf16, 3.35 TB/s HBM3, NVLink4 450 GB/s per direction, 400 Gb/s NIC.
 # A100 SXM4: 312 TFLOP/s, 2.04 TB/s, NVLink3 300 GB/s per direction, 200 Gb/s NIC.
 # H200: H100 compute with 141 GB HBM3e at 4.8 TB/s.
+# Host side: DGX H100 and DGX H200 nodes carry 2 TB of system memory for 8 GPUs, DGX A100 1 TB (the
+# DGX datasheets); host copies use PCIe Gen5 x16 on H100/H200 and Gen4 x16 on A100, 64 and 32 GB/s
+# per direction nominal (PCI-SIG). The cpu preset copies at its memory bandwidth within its 24 GiB.
 PRESETS: dict[str, DeviceSpec] = {
     "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
                                  intra_link_bytes_per_s=300 * GB, inter_link_bytes_per_s=25 * GB,
-                                 profile="a100-sxm4-80gb"),
+                                 profile="a100-sxm4-80gb", host_memory_bytes=1000 * GB / 8,
+                                 host_link_bytes_per_s=32 * GB),
     "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
                                  intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
-                                 profile="h100-sxm5-80gb"),
+                                 profile="h100-sxm5-80gb", host_memory_bytes=2000 * GB / 8,
+                                 host_link_bytes_per_s=64 * GB),
     "h200": DeviceSpec(name="h200", memory_bytes=141 * GB, peak_flops_per_s=989 * TFLOPS,
                        hbm_bytes_per_s=4.8e12, intra_link_bytes_per_s=450 * GB,
-                       inter_link_bytes_per_s=50 * GB, profile="h200"),
+                       inter_link_bytes_per_s=50 * GB, profile="h200",
+                       host_memory_bytes=2000 * GB / 8, host_link_bytes_per_s=64 * GB),
     "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.1 * TFLOPS,
                       hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
-                      inter_link_bytes_per_s=1 * GB, profile="cpu-ci"),
+                      inter_link_bytes_per_s=1 * GB, profile="cpu-ci", host_memory_bytes=24 * GiB,
+                      host_link_bytes_per_s=10 * GB),
     # The seed papers' hand-drawn examples: forward = tokens seconds, backward = 2x, free comm,
     # one byte of activation per token (DESIGN.md section 4).
     "unit": DeviceSpec(name="unit", memory_bytes=2**62, peak_flops_per_s=0.0, hbm_bytes_per_s=0.0,
                        intra_link_bytes_per_s=float("inf"), inter_link_bytes_per_s=float("inf"),
-                       profile="", is_unit=True),
+                       profile="", host_memory_bytes=2**62, host_link_bytes_per_s=float("inf"),
+                       is_unit=True),
 }
 
 

@@ -1,12 +1,25 @@
-"""The plan IR: slices, chunks, ops, programs and plans; op tokens; validation.
+"""The plan IR: slices, work, devices, ops, programs and plans; op keys and tokens; validation.
 
 A Plan is the one shared language of ltsim: strategies emit it, the simulator replays it against a
 cost model, the executor runs it, the figures draw it. It holds no durations or byte counts: those
-come from the CostModel (STYLE.md principle 2).
+come from the CostModel, which prices every op from the op alone (STYLE.md principle 2). So an op
+says what it does:
 
-Op tokens follow torch pipelining's ``_Action`` (``2F0``), prefixed with ``s``: ``s2F3`` is stage 2,
-forward, chunk 3; ``s1SEND_F3`` sends chunk 3's activations from stage 1; ``s0COLL[dp-grad]`` is a
-named collective. Tokens round-trip through :func:`parse_token`.
+- a compute op (F, B, W, R) carries a :class:`Work`: its slices, its layer range, how it is split
+  over GPUs (tp; cp degree and kind, cp = 1 meaning "whole on this rank"), whether it includes the
+  embedding or the LM head; and, for a forward, what it :class:`Keep`\\ s for backward. ``part``
+  says whether it is the whole layer stack or only its attention kernels ("attn") or everything but
+  them ("dense"), which is how communication that overlaps only attention is expressed.
+- a comm op (SEND_F, SEND_B, COLL, COPY) carries a :class:`Comm`: the collective or copy, which
+  tensor of which work it moves, and the group it runs over.
+- memory effects are :class:`Buffer` values (device or host) allocated at an op's start and freed at
+  an op's end; a buffer names the work whose tensors it holds.
+
+Op kinds and streams are described once, in :data:`KINDS` and :data:`STREAMS`; everything else
+reads them. Op keys are typed (:class:`OpKey`) and made by one function, :func:`op_key`. Tokens
+follow torch pipelining's ``_Action`` (``2F0``), prefixed with ``s``: ``s2F3`` is stage 2, forward,
+chunk 3; ``s1SEND_F3`` sends chunk 3's activations from stage 1; ``s0COLL[dp-grad]`` a named
+collective. Tokens round-trip through :func:`parse_token`.
 """
 
 from __future__ import annotations
@@ -14,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 from ltsim.errors import PlanError
 
@@ -26,13 +39,48 @@ class OpKind(str, Enum):
     R = "R"  # recompute-forward (activation checkpointing, ChunkFlow's second forward)
     SEND_F = "SEND_F"  # activations to the next stage
     SEND_B = "SEND_B"  # gradients to the previous stage
-    COLL = "COLL"  # collective over a group of devices (DP gradient reduction, ...)
+    COLL = "COLL"  # collective (CP exchange, ZeRO gather, DP gradient reduction, ...)
+    COPY = "COPY"  # host <-> device copy (activation offload)
     OPT = "OPT"  # optimizer step
 
 
-COMPUTE_KINDS = frozenset({OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OPT})
-STREAMS = ("compute", "comm")
-_TOKEN_RE = re.compile(r"^s(\d+)(SEND_F|SEND_B|COLL|OPT|F|B|W|R)(\d+)?(?:\[([\w.-]+)\])?$")
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    stream: str  # the stream an op of this kind runs on
+    busy: bool  # counts as busy compute time in the bubble ratio
+    work: bool  # carries a Work and is priced by CostModel.compute_s
+    executor: bool  # the executor (ltsim/executor) can run it
+
+
+#: The streams of a device: compute kernels, point-to-point pipeline traffic, CP traffic, collectives
+#: (ZeRO, DP; NCCL runs each on its own communicator and stream), and host copies.
+STREAMS = ("compute", "comm", "cp", "coll", "copy")
+KINDS: dict[OpKind, KindInfo] = {
+    OpKind.F: KindInfo("compute", busy=True, work=True, executor=True),
+    OpKind.B: KindInfo("compute", busy=True, work=True, executor=True),
+    OpKind.W: KindInfo("compute", busy=True, work=True, executor=False),
+    OpKind.R: KindInfo("compute", busy=True, work=True, executor=True),
+    OpKind.SEND_F: KindInfo("comm", busy=False, work=False, executor=True),
+    OpKind.SEND_B: KindInfo("comm", busy=False, work=False, executor=True),
+    OpKind.COLL: KindInfo("coll", busy=False, work=False, executor=True),
+    OpKind.COPY: KindInfo("copy", busy=False, work=False, executor=False),
+    OpKind.OPT: KindInfo("compute", busy=True, work=False, executor=True),
+}
+WORK_KINDS = frozenset(k for k, info in KINDS.items() if info.work)
+BUSY_KINDS = frozenset(k for k, info in KINDS.items() if info.busy)
+PARTS = ("", "attn", "dense")  # whole layer stack; its attention kernels; all but attention
+_TOKEN_RE = re.compile(r"^s(\d+)(" + "|".join(sorted((k.value for k in OpKind), key=len, reverse=True))
+                       + r")(\d+)?(?:\[([\w.:-]+)\])?$")
+
+
+class Keep(str, Enum):
+    """What a forward keeps for its backward (Megatron-LM's recompute policies, and no-grad)."""
+
+    ALL = "all"  # every tensor backward needs (recompute "none")
+    SELECTIVE = "selective"  # all but core attention's internals (recompute "selective")
+    INPUT = "input"  # each layer's input only: recomputed before backward (recompute "full")
+    KV = "kv"  # no autograd: only the K/V that later chunks of the sequence attend to
+    NOTHING = "nothing"  # no autograd, nothing kept (no gradient follows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,30 +121,122 @@ class Chunk:
 
 
 @dataclass(frozen=True, slots=True)
-class Buffer:
-    """A named piece of activation memory; its size comes from the CostModel.
+class Split:
+    """How one op's work is spread over GPUs.
 
-    kind: "act" (what backward needs), "ckpt" (a recompute checkpoint: the stage input),
-    "kv" (K/V state kept for later chunks of the same sequence), "kv_grad" (their gradients).
+    ``tp`` ranks split heads and hidden dimensions (Megatron TP; ``sp``: with sequence parallelism
+    the tensors TP would replicate are split along the sequence). ``cp`` ranks split the slices:
+    ``ring`` shards the tokens (Megatron CP, zig-zag balanced), ``ulysses`` the heads after an
+    all-to-all. ``cp = 1`` means the slices are whole on this rank.
+    """
+
+    tp: int = 1
+    cp: int = 1
+    cp_kind: str = "ring"
+    sp: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What a compute op (or a buffer, or a comm op's tensor) covers: the slices of one chunk on a
+    layer range, split as ``split`` says; ``embed``/``head``: it includes the embedding / the LM
+    head and loss. A Work with no slices stands for the parameters of its layers (gradients,
+    ZeRO gathers)."""
+
+    chunk: int
+    slices: tuple[Slice, ...]
+    layers: tuple[int, int]
+    split: Split = Split()
+    embed: bool = False
+    head: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.slices)
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+BUFFER_KINDS = ("act", "ckpt", "input", "kv", "kv_grad")
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """Memory held between ops; its size comes from the CostModel, from this value alone.
+
+    kind: "act" (what backward needs from ``work``'s layers, as ``keep`` says), "ckpt" (each
+    layer's input: full-recompute checkpoints), "input" (the stage input only, one tensor),
+    "kv" (K/V kept for later chunks of the same sequence), "kv_grad" (their gradients).
+    ``host``: it lives in host memory (offloaded), not on the device.
     """
 
     kind: str
-    chunk: int
-    stage: int
+    work: Work
+    keep: Keep = Keep.ALL
+    host: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.kind}:s{self.stage}c{self.chunk}"
+        first, stop = self.work.layers
+        return f"{self.kind}:c{self.work.chunk}L{first}-{stop}" + ("@host" if self.host else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """What a comm op moves.
+
+    collective: "send_recv" | "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" |
+      "d2h" | "h2d"; tensor: "act" (a stage's output), "act_grad" (its gradient), "kv" (K/V of the
+      work's layers: ring CP), "qkvo" (Ulysses: Q, K, V in and the output back), "grads",
+      "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
+      part; ``gpus`` the lowest and highest global GPU rank among them (on two nodes: the
+      inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward).
+    """
+
+    collective: str
+    tensor: str
+    work: Work
+    group_size: int = 1
+    gpus: tuple[int, int] = (0, 0)
+    steps: int = 1
+
+
+class OpKey(NamedTuple):
+    """The identity of an op: unique within a plan."""
+
+    device: int
+    stage: int
+    kind: OpKind
+    chunk: int = -1
+    name: str = ""
+
+    @property
+    def token(self) -> str:
+        text = f"s{self.stage}{self.kind.value}"
+        if self.chunk >= 0:
+            text += str(self.chunk)
+        return text + f"[{self.name}]" if self.name else text
+
+    def __str__(self) -> str:
+        return f"{self.device}:{self.token}"
+
+
+def op_key(device: int, stage: int, kind: OpKind, chunk: int = -1, name: str = "") -> OpKey:
+    """The one way to make an op key (deps are lists of these)."""
+    return OpKey(device, stage, kind, chunk, name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Op:
     """One step of one device stream.
 
-    ``deps`` are keys (``"<device>:<token>"``) of ops that must finish first; ops of one stream also
-    run in program order. ``allocs`` are charged when the op starts, ``frees`` released when it ends.
-    ``group`` lists the member devices of a COLL (all must arrive before it starts) or the peer
-    device of a SEND.
+    ``deps``: ops that must finish before this one starts; ``start_deps``: ops that must have
+    started (a collective that overlaps a compute op starts with it). Ops of one stream also run
+    in program order. ``allocs`` are charged when the op starts, ``frees`` released when it ends.
+    ``group`` lists the member devices of a COLL (all must arrive before it starts) or the peer of a
+    SEND. Compute ops carry ``work`` (and ``keep``, ``part``); comm ops carry ``comm``.
     """
 
     kind: OpKind
@@ -104,28 +244,28 @@ class Op:
     stage: int
     chunk: int = -1
     name: str = ""
-    stream: str = "compute"
-    deps: tuple[str, ...] = ()
+    stream: str = ""  # "" -> KINDS[kind].stream
+    work: Work | None = None
+    keep: Keep = Keep.ALL
+    part: str = ""
+    comm: Comm | None = None
+    deps: tuple[OpKey, ...] = ()
+    start_deps: tuple[OpKey, ...] = ()
     allocs: tuple[Buffer, ...] = ()
     frees: tuple[Buffer, ...] = ()
     group: tuple[int, ...] = ()
-    collective: str = ""  # COLL: all_reduce | reduce_scatter | all_gather | all_to_all
-
-    token: str = field(init=False, repr=False, compare=False)  # e.g. "s2F3", derived
-    key: str = field(init=False, repr=False, compare=False)  # "<device>:<token>", derived
 
     def __post_init__(self) -> None:
-        text = f"s{self.stage}{self.kind.value}"
-        if self.chunk >= 0:
-            text += str(self.chunk)
-        if self.name:
-            text += f"[{self.name}]"
-        object.__setattr__(self, "token", text)
-        object.__setattr__(self, "key", f"{self.device}:{text}")
+        if not self.stream:
+            object.__setattr__(self, "stream", KINDS[self.kind].stream)
 
+    @property
+    def key(self) -> OpKey:
+        return OpKey(self.device, self.stage, self.kind, self.chunk, self.name)
 
-def op_key(device: int, token: str) -> str:
-    return f"{device}:{token}"
+    @property
+    def token(self) -> str:
+        return self.key.token
 
 
 def parse_token(token: str) -> tuple[int, OpKind, int, str]:
@@ -151,11 +291,36 @@ class Program:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """All programs of one global batch, plus the chunks and the strategy's choices.
+class Device:
+    """A simulated device: one pipeline stage of one DP replica, either a tp x cp group in lockstep
+    (``cp_width`` = cp, ``cp_rank`` = -1: Megatron, ChunkFlow) or one rank of a CP group
+    (``cp_width`` = 1, ``cp_rank`` >= 0: ranks doing different work, Skrull). It holds the
+    parameters of ``layers`` (+ embedding / LM head), split over ``tp``, with ZeRO stage
+    ``zero_stage`` sharding its states over ``num_shards`` ranks. Every number is per GPU."""
 
-    ``stage_layers[s]`` is the (first, stop) layer range of stage s; ``device_stage[d]`` the stage
-    that simulated device d runs (a device is one stage of one DP replica, see ParallelConfig).
+    index: int
+    stage: int
+    replica: int
+    layers: tuple[int, int]
+    embed: bool
+    head: bool
+    tp: int = 1
+    cp_width: int = 1
+    cp_rank: int = -1
+    zero_stage: int = 1
+    num_shards: int = 1
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """All programs of one global batch, plus the chunks, the devices and the strategy's choices.
+
+    ``grad_chunks``: the chunks that get a backward (None: all of them; SpaCO back-propagates a
+    sampled subset).
     """
 
     strategy: str
@@ -163,20 +328,35 @@ class Plan:
     seq_lengths: tuple[int, ...]
     chunks: tuple[Chunk, ...]
     programs: tuple[Program, ...]
-    num_stages: int
-    stage_layers: tuple[tuple[int, int], ...]
-    device_stage: tuple[int, ...]
+    devices: tuple[Device, ...]
+    grad_chunks: frozenset[int] | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
     def num_devices(self) -> int:
-        return len(self.device_stage)
+        return len(self.devices)
+
+    @property
+    def num_stages(self) -> int:
+        return 1 + max(d.stage for d in self.devices)
+
+    @property
+    def device_stage(self) -> tuple[int, ...]:
+        return tuple(d.stage for d in self.devices)
+
+    @property
+    def stage_layers(self) -> tuple[tuple[int, int], ...]:
+        layers = {d.stage: d.layers for d in self.devices}
+        return tuple(layers[s] for s in range(self.num_stages))
 
     @property
     def num_tokens(self) -> int:
         return sum(self.seq_lengths)
 
-    def ops(self):
+    def gets_grad(self, chunk: int) -> bool:
+        return self.grad_chunks is None or chunk in self.grad_chunks
+
+    def ops(self) -> Iterator[Op]:
         for program in self.programs:
             yield from program.ops
 
@@ -186,10 +366,12 @@ class Plan:
                 return program
         return Program(device, stream, ())
 
-    def grid(self, mark: str | None = None) -> str:
+    def grid(self, mark: OpKey | None = None) -> str:
         """One line per device stream; the op with key ``mark`` is shown as ``>>token<<``."""
         lines = []
         for program in sorted(self.programs, key=lambda p: (p.device, STREAMS.index(p.stream))):
+            if not program.ops:
+                continue
             cells = [f">>{op.token}<<" if op.key == mark else op.token for op in program.ops]
             lines.append(f"d{program.device} {program.stream:<7}| " + " ".join(cells))
         return "\n".join(lines)

@@ -1,15 +1,18 @@
-"""Plan validation rules (used by Plan.validate): coverage, dependencies, acyclicity, memory pairing."""
+"""Plan validation rules (used by Plan.validate): placement, op contents, coverage, dependencies,
+acyclicity, memory pairing."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from ltsim.plan import OpKind, Plan
+from ltsim.plan import KINDS, OpKind, Plan
+
+_COVERED_PARTS = ("", "dense")  # an "attn" part op repeats its main op's slices
 
 
-def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, str | None] | None:
+def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] | None:
     """The first problem found as (message, key of the offending op), or None when the plan is valid."""
-    rules = (_check_unique, _check_coverage, _check_deps, _check_acyclic, _check_buffers)
+    rules = (_check_placement, _check_coverage, _check_deps, _check_acyclic, _check_buffers)
     for rule in rules if check_cycles else tuple(r for r in rules if r is not _check_acyclic):
         problem = rule(plan)
         if problem is not None:
@@ -17,32 +20,58 @@ def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, str | Non
     return None
 
 
-def _check_unique(plan: Plan):
-    seen: set[str] = set()
-    for op in plan.ops():
-        if op.key in seen:
-            return f"op {op.token} appears twice on device {op.device}", op.key
-        seen.add(op.key)
-        if op.device >= plan.num_devices or plan.device_stage[op.device] != op.stage:
-            return f"op {op.token} runs on device {op.device}, which does not hold stage {op.stage}", op.key
+def _check_placement(plan: Plan):
+    """Keys are unique, ops run on a device that holds their stage and layers, and each op carries
+    what it needs to be priced (compute ops a Work, comm ops a Comm)."""
+    seen: set = set()
+    for program in plan.programs:
+        for op in program.ops:
+            key = op.key
+            if key in seen:
+                return f"op {op.token} appears twice on device {op.device}", key
+            seen.add(key)
+            if op.device >= plan.num_devices or plan.devices[op.device].stage != op.stage:
+                return f"op {op.token} runs on device {op.device}, which does not hold stage {op.stage}", key
+            if op.stream != program.stream:
+                return f"op {op.token} is in the {program.stream} program but says {op.stream}", key
+            info = KINDS[op.kind]
+            if info.work:
+                if op.work is None:
+                    return f"compute op {op.token} has no work", key
+                first, stop = plan.devices[op.device].layers
+                if not first <= op.work.layers[0] <= op.work.layers[1] <= stop:
+                    return (f"op {op.token} covers layers {op.work.layers}, outside device "
+                            f"{op.device}'s {first}-{stop}"), key
+            elif op.kind is not OpKind.OPT and op.comm is None:
+                return f"comm op {op.token} says nothing about what it moves", key
     return None
 
 
 def _check_coverage(plan: Plan):
-    counts: Counter = Counter()
+    """Every chunk is forwarded once per stage and, if it gets gradients, backwarded once: the ops'
+    token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
+    the chunk's tokens times the stage's layers. Chunks without gradients get no backward."""
+    covered: Counter = Counter()
     first_key: dict = {}
     for op in plan.ops():
-        if op.kind in (OpKind.F, OpKind.B):
-            counts[(op.kind, op.stage, op.chunk)] += 1
-            first_key.setdefault((op.kind, op.stage, op.chunk), op.key)
+        if op.kind in (OpKind.F, OpKind.B) and op.part in _COVERED_PARTS:
+            work = op.work
+            share = plan.devices[op.device].cp_width / work.split.cp
+            index = (op.kind, op.stage, op.chunk)
+            covered[index] += work.num_tokens * work.num_layers * share
+            first_key.setdefault(index, op.key)
+    layers = plan.stage_layers
     for chunk in plan.chunks:
         for stage in range(plan.num_stages):
+            need = chunk.num_tokens * (layers[stage][1] - layers[stage][0])
             for kind in (OpKind.F, OpKind.B):
-                n = counts[(kind, stage, chunk.index)]
-                if n != 1:
-                    return (f"chunk {chunk.index} has {n} {kind.value} ops on stage {stage} "
-                            f"(each chunk needs exactly one per stage)",
-                            first_key.get((kind, stage, chunk.index)))
+                index = (kind, stage, chunk.index)
+                want = need if kind is OpKind.F or plan.gets_grad(chunk.index) else 0
+                if abs(covered[index] - want) > 1e-6 * max(want, 1):
+                    what = "no backward (it gets no gradient)" if not want else "exactly one per stage"
+                    return (f"chunk {chunk.index} has {covered[index]:g} of {want} token-layers of "
+                            f"{kind.value} on stage {stage} (each chunk needs {what})",
+                            first_key.get(index))
     seq_tokens: Counter = Counter()
     for chunk in plan.chunks:
         for piece in chunk.slices:
@@ -56,32 +85,34 @@ def _check_coverage(plan: Plan):
 def _check_deps(plan: Plan):
     keys = {op.key for op in plan.ops()}
     for op in plan.ops():
-        for dep in op.deps:
+        for dep in op.deps + op.start_deps:
             if dep not in keys:
                 return f"op {op.token} on device {op.device} depends on missing op {dep}", op.key
     return None
 
 
 def _check_acyclic(plan: Plan):
-    """Kahn's algorithm over explicit deps plus program order (collectives join their members)."""
-    preds: dict[str, set[str]] = defaultdict(set)
+    """Kahn's algorithm over explicit deps (finish and start) plus program order (collectives
+    join their members)."""
+    preds: dict = defaultdict(set)
     for program in plan.programs:
         prev = None
         for op in program.ops:
-            preds[op.key].update(op.deps)
+            key = op.key
+            preds[key].update(op.deps + op.start_deps)
             if prev is not None:
-                preds[op.key].add(prev)
-            prev = op.key
-    groups: dict[tuple, list[str]] = defaultdict(list)
+                preds[key].add(prev)
+            prev = key
+    groups: dict = defaultdict(list)
     for op in plan.ops():
-        if op.kind is OpKind.COLL:
+        if op.kind is OpKind.COLL and len(op.group) > 1:
             groups[(op.token, op.group)].append(op.key)
     for members in groups.values():  # a collective starts when all members arrive
         union = set().union(*(preds[m] for m in members)) - set(members)
         for m in members:
             preds[m] = set(union)
     indegree = {k: len(v) for k, v in preds.items()}
-    succs: dict[str, list[str]] = defaultdict(list)
+    succs: dict = defaultdict(list)
     for key, ps in preds.items():
         for p in ps:
             succs[p].append(key)
@@ -95,26 +126,41 @@ def _check_acyclic(plan: Plan):
             if indegree[nxt] == 0:
                 ready.append(nxt)
     if done != len(indegree):
-        stuck = sorted(k for k, n in indegree.items() if n > 0)
+        stuck = sorted((k for k, n in indegree.items() if n > 0), key=str)
         return f"dependency cycle: {len(stuck)} ops can never start (first: {stuck[0]})", stuck[0]
     return None
 
 
 def _check_buffers(plan: Plan):
-    """Walk each program in order: allocate only what is not live, free only what is live, and
-    leave nothing live at the end (an op may allocate and free one buffer: a transient)."""
+    """Per device, every buffer is freed as often as it is allocated; within one program a buffer
+    is not allocated while live nor freed before its allocation (an op may allocate and free one
+    buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
+    balance: dict = defaultdict(Counter)
+    where: dict = {}
     for program in plan.programs:
-        live: dict[str, str] = {}
+        live: set = set()
         for op in program.ops:
             for buf in op.allocs:
-                if buf.name in live:
+                if buf in live:
                     return f"buffer {buf.name} allocated twice on device {op.device}", op.key
-                live[buf.name] = op.key
+                live.add(buf)
+                balance[op.device][buf] += 1
+                where.setdefault((op.device, buf), op.key)
             for buf in op.frees:
-                if buf.name not in live:
+                balance[op.device][buf] -= 1
+                if buf in live:
+                    live.discard(buf)
+                elif balance[op.device][buf] < 0 and not _allocated_elsewhere(plan, op.device, buf):
                     return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
-                del live[buf.name]
-        if live:
-            name, key = sorted(live.items())[0]
-            return f"buffer {name} on device {program.device} is never freed", key
+    for device, counts in balance.items():
+        for buf, n in counts.items():
+            if n > 0:
+                return f"buffer {buf.name} on device {device} is never freed", where[(device, buf)]
+            if n < 0:
+                return f"buffer {buf.name} on device {device} is freed more often than allocated", None
     return None
+
+
+def _allocated_elsewhere(plan: Plan, device: int, buf) -> bool:
+    return any(buf in op.allocs for program in plan.programs if program.device == device
+               for op in program.ops)

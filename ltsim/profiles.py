@@ -22,6 +22,7 @@ ltsim.lookup and ``CollectiveLookup`` below); lookups outside the tables are rec
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
@@ -231,8 +232,8 @@ def resolve_profile(directory: str | Path) -> Path:
 def load_profile(directory: str | Path, *, attention_kernel: str | None = None) -> "Profile":
     """Load (and cache by resolved path and kernel) a profile. Raises ProfileError.
 
-    The cached Profile is shared: its warnings accumulate across callers, so a run should
-    ``take_warnings()`` before it starts and when it ends.
+    The cached Profile is shared: its warnings accumulate across callers; a cost model works on
+    ``for_run()``, a view with warnings of its own.
     """
     path = resolve_profile(directory)
     key = (path, attention_kernel or "")
@@ -341,6 +342,14 @@ class Profile:
             text, how = _HOW[where]
             out.add(f"{table}: {dim}={value:g} {text} {bound:g} ({how})")
         return sorted(out)
+
+    def for_run(self) -> "Profile":
+        """A view sharing this profile's tables and lookup cache, with warnings of its own: a cost
+        model takes one per run, so a run reports only its own out-of-range lookups."""
+        view = copy.copy(self)
+        view._range_notes = {}
+        view._text_notes = set()
+        return view
 
     def take_warnings(self) -> list[str]:
         """``warnings()``, then forget them."""

@@ -9,7 +9,7 @@ from ltsim.plan import Plan
 from ltsim.scenario import Scenario
 from ltsim.sim.engine import Engine
 from ltsim.sim.metrics import Result, batch_metrics
-from ltsim.sim.trace import Trace
+from ltsim.trace import Trace
 from ltsim.strategies import get_strategy
 from ltsim.strategies.base import PlanContext
 
@@ -27,9 +27,9 @@ def make_cost_model(scenario: Scenario) -> CostModel:
     """The unit model for the ``unit`` preset, else the profile-backed model."""
     if scenario.cluster.device.is_unit:
         return UnitCostModel(scenario.cluster.memory_limit_bytes)
-    from ltsim.costs_table import TableCostModel
+    from ltsim.costs.table import TableCostModel
 
-    return TableCostModel(scenario.model, scenario.parallel, scenario.cluster)
+    return TableCostModel(scenario.model, scenario.cluster)
 
 
 def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None) -> Simulation:
@@ -37,14 +37,13 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     cost = cost or make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
-    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost,
-                      seed=scenario.seed)
+    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel)
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
     for batch in scenario.workload.sample(scenario.seed):
         plan = strategy.plan(batch, ctx, options)
         trace = engine.run(plan)
-        flops = sum(cost.model_flops(chunk, plan) for chunk in plan.chunks)
+        flops = sum(cost.model_flops(chunk) for chunk in plan.chunks)
         metrics.append(batch_metrics(plan, trace, flops))
         if keep:
             plans.append(plan)
@@ -53,6 +52,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     result = Result(scenario=scenario.name, strategy=strategy.name,
                     strategy_options=dict(plans[0].options) if plans else dict(scenario.strategy_options),
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
+                    host_memory_limit_bytes=cost.host_memory_limit_bytes,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
                     warnings=tuple(cost.warnings()) + tuple(notes))
     return Simulation(result, tuple(plans), tuple(traces))

@@ -13,12 +13,12 @@ is what the executor measures (CPU: the bytes of live tensors; GPU:
 
 Outputs under ``--out``: ``comparison.csv`` and ``comparison.md`` (the table), ``summary.json``,
 ``gantt.png`` (predicted above measured, via ``ltsim.viz.plot_compare``) and both traces as Chrome
-trace JSON. Exit code 1 when the iteration-time or the peak-memory error exceeds ``--tolerance``.
+trace JSON. The command (ltsim.cli) exits 1 when the iteration-time or the peak-memory error
+exceeds ``--tolerance`` (``Validation.within``).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from dataclasses import dataclass, replace
@@ -31,7 +31,7 @@ from ltsim.sim.metrics import batch_metrics
 if TYPE_CHECKING:
     from ltsim.plan import Plan
     from ltsim.scenario import Scenario
-    from ltsim.sim.trace import Trace
+    from ltsim.trace import Trace
 
 KIND_GROUPS = (("F", ("F",)), ("B", ("B", "W")), ("R", ("R",)), ("SEND", ("SEND_F", "SEND_B")),
                ("COLL", ("COLL",)), ("OPT", ("OPT",)))
@@ -103,16 +103,13 @@ def compare(plan: "Plan", predicted: "Trace", measured: "Trace",
 
 def bare_cost_model(scenario: "Scenario"):
     """The scenario's table cost model without the allocator allowance (module docstring)."""
-    from ltsim.costs_table import TableCostModel
+    from ltsim.costs.table import TableCostModel
     from ltsim.memory import NO_ALLOCATOR_OVERHEAD
 
     if scenario.cluster.device.is_unit:
         raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
                           "unit", "use hardware.preset = \"cpu\" on this machine")
-    cost = TableCostModel(scenario.model, scenario.parallel, scenario.cluster,
-                          overhead=NO_ALLOCATOR_OVERHEAD)
-    cost.profile.take_warnings()  # the cached profile keeps earlier runs' warnings
-    return cost
+    return TableCostModel(scenario.model, scenario.cluster, overhead=NO_ALLOCATOR_OVERHEAD)
 
 
 def executor_device(scenario: "Scenario") -> tuple[str, str]:
@@ -208,23 +205,3 @@ def write_outputs(validation: Validation, out: Path, title: str, tolerance: floa
     figure = plot_compare(validation.predicted, validation.measured, out / "gantt.png",
                           plan=validation.plan, title=title)
     return [out / n for n in ("comparison.csv", "comparison.md", "summary.json")] + [figure]
-
-
-def run_validate_command(args: argparse.Namespace) -> int:
-    """``ltsim validate``: 0 within tolerance, 1 outside (2, bad input, is the CLI's ConfigError)."""
-    from ltsim.profiles import resolve_profile
-    from ltsim.scenario import load_scenario
-
-    if not args.tolerance > 0:
-        raise ConfigError("--tolerance", "a positive fraction (0.10 = 10%)", args.tolerance)
-    resolve_profile(args.profile)  # ProfileError now, before anything runs
-    scenario = load_scenario(args.scenario, args.set).with_overrides(
-        {"hardware.profile": str(args.profile)})
-    validation = validate_scenario(scenario)
-    title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"
-    text = summary_text(validation, args.tolerance)
-    if args.out:
-        paths = write_outputs(validation, Path(args.out), title, args.tolerance)
-        text += "\n" + "\n".join(f"written {p}" for p in paths)
-    print(text)
-    return 0 if validation.within(args.tolerance) else 1

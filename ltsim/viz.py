@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from ltsim.plan import Plan
-    from ltsim.sim.trace import Trace
+    from ltsim.trace import Trace
 
 _FILL = {"F": 0.55, "R": 0.55, "W": 0.3, "B": 0.0}  # share of white mixed into the chunk's hue
 _HATCH = {"R": "////", "W": "...."}

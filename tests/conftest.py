@@ -9,6 +9,7 @@ import pytest
 from ltsim.costs import UnitCostModel
 from ltsim.model import get_model
 from ltsim.parallel import ParallelConfig
+from ltsim.sim.engine import Engine
 from ltsim.strategies.base import PlanContext
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,8 +19,12 @@ SCENARIOS = REPO / "scenarios"
 def unit_ctx(pp: int = 1, dp: int = 1, recompute: str = "selective") -> PlanContext:
     """A planning context on the unit preset (costs = tokens, free comm)."""
     return PlanContext(model=get_model("qwen2.5-7b"),
-                       parallel=ParallelConfig(pp=pp, dp=dp, recompute=recompute),
-                       cost=UnitCostModel())
+                       parallel=ParallelConfig(pp=pp, dp=dp, recompute=recompute))
+
+
+def unit_engine() -> Engine:
+    """The engine on the unit preset's cost model."""
+    return Engine(UnitCostModel())
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ltsim.errors import PlanError
-from ltsim.plan import OpKind, Plan, parse_token
+from ltsim.plan import OpKind, Plan
 
 P2P_KINDS = (OpKind.SEND_F, OpKind.SEND_B)
 _POLL_S = 5e-5
@@ -63,20 +63,21 @@ def recv_sources(plan: Plan, device: int) -> dict[str, tuple[tuple[str, int, int
     any other cross-device dependency raises PlanError.
     """
     out = {}
-    prefix = f"{device}:"
     expected = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B}
-    for program in (plan.program(device, "compute"), plan.program(device, "comm")):
+    for program in plan.programs:
+        if program.device != device:
+            continue
         for op in program.ops:
-            remote = [dep for dep in op.deps if not dep.startswith(prefix)]
+            remote = [dep for dep in op.deps + op.start_deps if dep.device != device]
             if not remote:
                 continue
-            sender, token = remote[0].split(":", 1)
-            _, kind, chunk, _ = parse_token(token)
-            if len(remote) > 1 or expected.get(op.kind) is not kind or chunk != op.chunk:
-                raise PlanError(f"{op.key} depends on {remote}; the executor supports only "
-                                "SEND_F -> F and SEND_B -> B of one chunk across devices\n"
-                                f"{plan.grid(mark=op.key)}")
-            out[op.key] = ((kind.value, int(sender), device), int(sender))
+            source = remote[0]
+            if (len(remote) > 1 or expected.get(op.kind) is not source.kind
+                    or source.chunk != op.chunk):
+                raise PlanError(f"{op.key} depends on {', '.join(map(str, remote))}; the executor "
+                                "supports only SEND_F -> F and SEND_B -> B of one chunk across "
+                                f"devices\n{plan.grid(mark=op.key)}")
+            out[op.key] = ((source.kind.value, source.device, device), source.device)
     return out
 
 
@@ -87,9 +88,8 @@ def check_p2p_order(plan: Plan) -> None:
         kind = OpKind(kind_value)
         sent = [op.chunk for op in plan.program(sender, "comm").ops
                 if op.kind is kind and op.group[0] == receiver]
-        dep_prefix = f"{sender}:"
         used = [op.chunk for op in plan.program(receiver).ops if op.kind is consumer[kind]
-                and any(d.startswith(dep_prefix) for d in op.deps)]
+                and any(d.device == sender for d in op.deps)]
         if sent != used:
             raise PlanError(f"{plan.strategy}: device {sender} sends {kind_value} chunks in order "
                             f"{sent} but device {receiver} consumes them in order {used}; NCCL "

@@ -44,16 +44,15 @@ from ltsim.executor.comm import check_p2p_order, recv_sources
 from ltsim.executor.worker import OPTIMIZERS, WorkerConfig, device_main, make_tokens
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import OpKind, Plan
+from ltsim.plan import KINDS, OpKind, Plan
 
 if TYPE_CHECKING:
-    from ltsim.sim.trace import Trace
+    from ltsim.trace import Trace
 
 __all__ = ["MeasuredRun", "check_trace", "execute_plan", "make_tokens"]
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40),
               "MALLOC_TOP_PAD_": str(256 * 2**20)}
-SUPPORTED_KINDS = frozenset({OpKind.F, OpKind.B, OpKind.R, OpKind.SEND_F, OpKind.SEND_B,
-                             OpKind.COLL, OpKind.OPT})
+SUPPORTED_KINDS = frozenset(k for k, info in KINDS.items() if info.executor)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,15 +168,19 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
 
 
 def check_supported(plan: Plan) -> None:
-    """Raise PlanError for ops the executor cannot run (W, collectives other than dp-grad,
-    cross-device dependencies other than SEND -> F/B)."""
+    """Raise PlanError for ops the executor cannot run (kinds not marked in plan.KINDS, op parts
+    split for CP, collectives other than the DP gradient reduction, cross-device dependencies
+    other than SEND -> F/B)."""
     for op in plan.ops():
-        if op.kind not in SUPPORTED_KINDS:
-            raise PlanError(f"the executor cannot run {op.kind.value} ops (first: {op.key})\n"
+        if op.kind not in SUPPORTED_KINDS or op.part:
+            what = f"{op.kind.value} ops" if op.kind not in SUPPORTED_KINDS else "CP-split ops"
+            raise PlanError(f"the executor cannot run {what} (first: {op.key})\n"
                             f"{plan.grid(mark=op.key)}")
-        if op.kind is OpKind.COLL and (op.name != "dp-grad" or op.collective != "all_reduce"):
-            raise PlanError(f"the executor runs only COLL[dp-grad] all_reduce (got {op.key}, "
-                            f"{op.collective})\n{plan.grid(mark=op.key)}")
+        if op.kind is OpKind.COLL and op.name != "dp-grad":
+            fix = (" Fix: plan with parallel.zero_stage = 0 (the executor's optimizer is not "
+                   "sharded)" if op.name == "dp-params" else "")
+            raise PlanError(f"the executor runs only the COLL[dp-grad] gradient reduction (got "
+                            f"{op.key}).{fix}\n{plan.grid(mark=op.key)}")
     for device in range(plan.num_devices):
         recv_sources(plan, device)
 
@@ -236,7 +239,7 @@ def _spawn(plan: Plan, spec: ModelSpec, config: WorkerConfig) -> None:
 
 def _assemble(plan: Plan, reports: list[dict], backend: str, device: str,
               wall_s: float) -> MeasuredRun:
-    from ltsim.sim.trace import Event, Trace  # sim sits above executor/ in the import order
+    from ltsim.trace import Event, Trace
 
     num_iterations = len(reports[0]["iterations"])
     traces, losses = [], []
@@ -269,7 +272,7 @@ def check_trace(plan: Plan, trace: "Trace", *, slack_s: float = 0.05) -> list[st
     cross-device ones: sender and receiver observe a transfer's end separately).
     """
     problems: list[str] = []
-    ops = {op.key: op for op in plan.ops()}
+    ops = {str(op.key): op for op in plan.ops()}
     by_key = {f"{e.device}:{e.token}": e for e in trace.events}
     if len(trace.events) != len(ops) or set(by_key) != set(ops):
         missing = sorted(set(ops) - set(by_key))[:5]
@@ -280,12 +283,12 @@ def check_trace(plan: Plan, trace: "Trace", *, slack_s: float = 0.05) -> list[st
     for program in plan.programs:
         if program.stream != "compute":
             continue
-        events = [by_key[op.key] for op in program.ops if op.key in by_key]
+        events = [by_key[str(op.key)] for op in program.ops if str(op.key) in by_key]
         for a, b in zip(events, events[1:]):
             if b.start_s < a.end_s:
                 problems.append(f"device {program.device}: {b.token} starts before {a.token} ends")
     for key, op in ops.items():
-        for dep in op.deps:
+        for dep in map(str, op.deps):
             if key in by_key and dep in by_key:
                 slack = 1e-9 if dep.split(":")[0] == key.split(":")[0] else slack_s
                 if by_key[key].start_s + slack < by_key[dep].end_s:

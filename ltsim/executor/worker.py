@@ -6,16 +6,20 @@ the layers of its stage (``Transformer(spec, layers=plan.stage_layers[stage], se
 Megatron's contiguous grad buffer, so COLL[dp-grad] all-reduces one tensor in place), and then runs
 ``warmup + repeats`` iterations of its compute program:
 
-- F / R / B through ``forward_chunk`` / ``recompute_chunk`` / ``backward_chunk``; a chunk that has
-  an R op on this device is forwarded without its graph (activations discarded);
+- F / R / B through ``forward_chunk`` / ``recompute_chunk`` / ``backward_chunk``; a forward keeps its
+  graph only when the plan says it keeps its activations (``op.keep`` ALL or SELECTIVE); otherwise
+  it runs without it and a later R rebuilds it;
 - an F on stage > 0 (B on a stage before the last) waits for the receive of its input (output grad).
   Receives are posted ``recv_lookahead`` compute ops ahead (by default all of the iteration's, at
   its start) with ``irecv``: a send then completes when its data has moved, as the simulator's
   SEND does, instead of waiting for the receiver to reach the op (gloo's sends rendezvous with
   the receive). A posted buffer counts in the memory samples once its data has arrived;
-- after every compute op, the comm program's ops whose dependencies have finished are started, in
-  program order and asynchronously: SEND_F / SEND_B as ``isend``, COLL as ``all_reduce``; OPT waits
-  for its COLL, then steps the optimizer.
+- after every compute op, the comm and coll programs' ops whose dependencies have finished are
+  started, in program order and asynchronously: SEND_F / SEND_B as ``isend``, COLL[dp-grad] as
+  ``all_reduce`` (a reduce-scatter in the plan too: the executor's optimizer is not sharded); OPT
+  waits for its COLL, then steps the optimizer. A start dependency (the DP reduction starts with
+  the last backward in the simulator) is run as a finish dependency: the executor reduces one flat
+  buffer, not buckets as they fill.
 Sends never block, so the process only ever blocks on a receive (or a collective) that the plan
 orders before the op that waits; see runtime.py for the deadlock argument.
 
@@ -45,7 +49,7 @@ from ltsim.executor.model import TORCH_DTYPES, Transformer, pack_chunk
 from ltsim.executor.state import (ChunkHandle, StateStore, backward_chunk, forward_chunk,
                                   recompute_chunk)
 from ltsim.model import ModelSpec
-from ltsim.plan import Op, OpKind, Plan
+from ltsim.plan import Keep, Op, OpKind, Plan
 
 OPTIMIZERS = ("adam", "sgd")
 # CPU torch ops keep the GIL; a 0.2 ms switch interval (default 5 ms) lets comm.py's watcher threads
@@ -162,9 +166,8 @@ class DeviceRun:
         self.flat_grad = self._attach_flat_grads()
         self.optimizer = self._make_optimizer()
         self.compute = plan.program(rank, "compute").ops
-        self.comm = plan.program(rank, "comm").ops
+        self.comm = plan.program(rank, "comm").ops + plan.program(rank, "coll").ops
         self.comm_keys = {op.key for op in self.comm}
-        self.recomputed = {op.chunk for op in self.compute if op.kind is OpKind.R}
         self.sources = recv_sources(plan, rank)
         tokens = make_tokens(plan.seq_lengths, spec.vocab_size, config.seed)
         chunks = {c.index: c for c in plan.chunks}
@@ -267,7 +270,7 @@ class DeviceRun:
 
     def _forward(self, it: _Iteration, op: Op, hidden: torch.Tensor | None) -> None:
         handle = forward_chunk(self.model, self.batches[op.chunk], it.store,
-                               keep_graph=op.chunk not in self.recomputed, chunk_id=op.chunk,
+                               keep_graph=op.keep in (Keep.ALL, Keep.SELECTIVE), chunk_id=op.chunk,
                                hidden=hidden)
         if self.is_last:
             it.loss += handle.loss
@@ -287,7 +290,7 @@ class DeviceRun:
         """Start the comm ops whose dependencies have finished, in program order."""
         while it.next_comm < len(self.comm):
             op = self.comm[it.next_comm]
-            if not all(dep in it.done for dep in op.deps):
+            if not all(dep in it.done for dep in op.deps + op.start_deps):
                 break
             if self.is_cuda:
                 it.comm_marks[op.key] = self.clock.mark()

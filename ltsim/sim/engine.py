@@ -1,11 +1,13 @@
 """The SimPy engine: one process per device stream replays a Plan against a CostModel.
 
-Rules (DESIGN.md section 2): an op starts when its dependencies have finished and its stream is
-free (ops of a stream run in program order); a SEND occupies the sender's comm stream for the link
-time; a collective starts when every member device has reached it; memory is charged at an op's
-start for its ``allocs`` and released at its end for its ``frees``, on top of the static level.
-Deterministic: SimPy orders simultaneous events by insertion, and processes are created in
-plan order.
+Rules (DESIGN.md section 2): an op starts when its ``deps`` have finished, its ``start_deps`` have
+started and its stream is free (ops of a stream run in program order); a SEND occupies the
+sender's comm stream for the link time; a collective with a group of several devices starts when
+every member has reached it; memory is charged at an op's start for its ``allocs`` and released
+at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
+says. Durations and bytes are priced once per op before the replay, from the op alone.
+Deterministic: SimPy orders simultaneous events by insertion, and processes are created in plan
+order.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import gc
 
 import simpy
 
-from ltsim.costs import CostModel
+from ltsim.costs import CostModel, duration_s
+from ltsim.errors import PlanError
 from ltsim.plan import Op, OpKind, Plan
-from ltsim.sim.trace import Event, Trace
+from ltsim.trace import Event, Trace
 
 
 class _Barrier:
@@ -46,77 +49,96 @@ class Engine:
             if paused:
                 gc.enable()
 
+    def price(self, op: Op) -> float:
+        if op.kind is OpKind.OPT:
+            return self.cost.optimizer_s(self._plan.devices[op.device])
+        return duration_s(self.cost, op)
+
     def _run(self, plan: Plan) -> Trace:
+        self._plan = plan
         env = simpy.Environment()
-        ops = list(plan.ops())
-        needed = {dep for op in ops for dep in op.deps}
-        done = {key: env.event() for key in needed}  # only ops that something waits for
-        static = [self.cost.static_memory_bytes(d, plan) for d in range(plan.num_devices)]
+        cost = self.cost
+        finish_needed = {dep for op in plan.ops() for dep in op.deps}
+        start_needed = {dep for op in plan.ops() for dep in op.start_deps}
+        done = {key: env.event() for key in finish_needed}
+        began = {key: env.event() for key in start_needed}
+        static = [cost.static_memory_bytes(d) for d in plan.devices]
         level = list(static)
+        host = [0] * plan.num_devices
         memory: list[tuple[float, int, int]] = []
+        host_memory: list[tuple[float, int, int]] = []
         events: list[Event] = []
         barriers: dict[tuple, _Barrier] = {}
-        nbytes = self._buffer_sizer(plan)
-        steps = {id(op): (tuple(done[d] for d in op.deps), self.cost.duration_s(op, plan),
-                          sum(map(nbytes, op.allocs)), sum(map(nbytes, op.frees)),
-                          op.kind is OpKind.COLL and len(op.group) > 1, done.get(op.key))
-                 for op in ops}
+        sizes: dict = {}
 
-        def arrive(op: Op):
-            key = (op.token, op.group)
-            barrier = barriers.get(key)
+        def nbytes(buffers) -> tuple[int, int]:
+            dev = hst = 0
+            for buf in buffers:
+                size = sizes.get(buf)
+                if size is None:
+                    size = sizes[buf] = cost.buffer_bytes(buf)
+                if buf.host:
+                    hst += size
+                else:
+                    dev += size
+            return dev, hst
+
+        def step(op: Op):
+            key = op.key
+            waits = tuple(done[d] for d in op.deps) + tuple(began[d] for d in op.start_deps)
+            coll = (key.token, op.group) if op.kind is OpKind.COLL and len(op.group) > 1 else None
+            return (key, waits, self.price(op), nbytes(op.allocs), nbytes(op.frees), coll,
+                    done.get(key), began.get(key))
+
+        def arrive(coll, size: int):
+            barrier = barriers.get(coll)
             if barrier is None:
-                barrier = barriers[key] = _Barrier(env, len(op.group))
+                barrier = barriers[coll] = _Barrier(env, size)
             barrier.remaining -= 1
             if barrier.remaining == 0:
                 barrier.event.succeed()
             return barrier.event
 
-        def run_program(program):
-            stream = program.stream
-            for op in program.ops:
-                deps, dur, alloc, free, is_coll, finished = steps[id(op)]
-                for event in deps:
+        def run_program(device: int, stream: str, steps):
+            for key, waits, dur, (alloc, host_alloc), (free, host_free), coll, finished, started in steps:
+                for event in waits:
                     if not event.processed:
                         yield event
-                if is_coll:
-                    yield arrive(op)
+                if coll is not None:
+                    yield arrive(coll, len(coll[1]))
                 start = env.now
-                device = op.device
-                if op.allocs:
+                if started is not None:
+                    started.succeed()
+                if alloc:
                     level[device] += alloc
                     memory.append((start, device, level[device]))
+                if host_alloc:
+                    host[device] += host_alloc
+                    host_memory.append((start, device, host[device]))
                 if dur > 0:
                     yield env.timeout(dur)
-                if op.frees:
+                if free:
                     level[device] -= free
                     memory.append((env.now, device, level[device]))
-                events.append(Event(device, stream, op.token, op.kind.value, op.stage, op.chunk,
+                if host_free:
+                    host[device] -= host_free
+                    host_memory.append((env.now, device, host[device]))
+                events.append(Event(device, stream, key.token, key.kind.value, key.stage, key.chunk,
                                     start, env.now))
                 if finished is not None:
                     finished.succeed()
 
         for program in plan.programs:
-            env.process(run_program(program))
+            if program.ops:
+                steps = [step(op) for op in program.ops]
+                env.process(run_program(program.device, program.stream, steps))
         env.run()
         expected = sum(len(p.ops) for p in plan.programs)
         if len(events) != expected:
             ran = {(e.device, e.token) for e in events}
-            stuck = next(op.key for op in ops if (op.device, op.token) not in ran)
-            from ltsim.errors import PlanError
-
+            stuck = next(op.key for op in plan.ops() if (op.device, op.token) not in ran)
             raise PlanError(f"{plan.strategy}: {expected - len(events)} ops never ran (deadlock), "
                             f"first {stuck}\n{plan.grid(mark=stuck)}")
         events.sort(key=lambda e: (e.start_s, e.device, e.stream))
-        return Trace(events=tuple(events), memory=tuple(memory), static_bytes=tuple(static))
-
-    def _buffer_sizer(self, plan: Plan):
-        cache: dict[str, int] = {}
-
-        def nbytes(buf) -> int:
-            size = cache.get(buf.name)
-            if size is None:
-                size = cache[buf.name] = self.cost.buffer_bytes(buf, plan)
-            return size
-
-        return nbytes
+        return Trace(events=tuple(events), memory=tuple(memory), static_bytes=tuple(static),
+                     host_memory=tuple(host_memory))

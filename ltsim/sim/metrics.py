@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ltsim.plan import COMPUTE_KINDS, Plan
-from ltsim.sim.trace import Trace
+from ltsim.plan import BUSY_KINDS, Plan
+from ltsim.trace import Trace
 
-_BUSY = {k.value for k in COMPUTE_KINDS}
+_BUSY = {k.value for k in BUSY_KINDS}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +25,7 @@ class BatchMetrics:
     recompute_s: float
     bubble_ratio: float
     peak_memory_bytes_per_device: tuple[int, ...]
+    peak_host_memory_bytes_per_device: tuple[int, ...]
     final_memory_bytes_per_device: tuple[int, ...]
     static_memory_bytes_per_device: tuple[int, ...]
     num_tokens: int
@@ -40,6 +41,7 @@ def batch_metrics(plan: Plan, trace: Trace, model_flops: float) -> BatchMetrics:
         iteration_time_s=makespan, busy_s=busy, recompute_s=recompute,
         bubble_ratio=1.0 - busy / capacity if capacity > 0 else 0.0,
         peak_memory_bytes_per_device=tuple(trace.peak_memory_bytes()),
+        peak_host_memory_bytes_per_device=tuple(trace.peak_host_memory_bytes()),
         final_memory_bytes_per_device=tuple(trace.final_memory_bytes()),
         static_memory_bytes_per_device=trace.static_bytes,
         num_tokens=plan.num_tokens, model_flops=model_flops)
@@ -54,6 +56,7 @@ class Result:
     strategy_options: dict[str, Any]
     batches: tuple[BatchMetrics, ...]
     memory_limit_bytes: int
+    host_memory_limit_bytes: int
     num_gpus: int
     peak_flops_per_s: float
     warnings: tuple[str, ...] = ()
@@ -69,8 +72,19 @@ class Result:
         return [int(x) for x in per.max(axis=0)]
 
     @property
+    def peak_host_memory_bytes_per_device(self) -> list[int]:
+        per = np.array([b.peak_host_memory_bytes_per_device for b in self.batches])
+        return [int(x) for x in per.max(axis=0)]
+
+    @property
+    def static_memory_bytes(self) -> int:
+        """Weights, gradients and optimizer state per GPU of the busiest device."""
+        return max(max(b.static_memory_bytes_per_device) for b in self.batches)
+
+    @property
     def fits(self) -> bool:
-        return max(self.peak_memory_bytes_per_device) <= self.memory_limit_bytes
+        return (max(self.peak_memory_bytes_per_device) <= self.memory_limit_bytes
+                and max(self.peak_host_memory_bytes_per_device) <= self.host_memory_limit_bytes)
 
     @property
     def fit_reason(self) -> str:
@@ -78,8 +92,13 @@ class Result:
             return ""
         peaks = self.peak_memory_bytes_per_device
         worst = int(np.argmax(peaks))
-        return (f"device {worst} needs {peaks[worst] / 2**30:.1f} GiB, the limit is "
-                f"{self.memory_limit_bytes / 2**30:.1f} GiB")
+        if peaks[worst] > self.memory_limit_bytes:
+            return (f"device {worst} needs {peaks[worst] / 2**30:.1f} GiB, the limit is "
+                    f"{self.memory_limit_bytes / 2**30:.1f} GiB")
+        host = self.peak_host_memory_bytes_per_device
+        worst = int(np.argmax(host))
+        return (f"device {worst} needs {host[worst] / 2**30:.1f} GiB of host memory, the limit is "
+                f"{self.host_memory_limit_bytes / 2**30:.1f} GiB per GPU")
 
     def to_dict(self) -> dict[str, Any]:
         times = self.iteration_times_s
@@ -101,6 +120,8 @@ class Result:
             "bubble_ratio": float(np.mean([b.bubble_ratio for b in self.batches])),
             "recompute_ratio": sum(b.recompute_s for b in self.batches) / busy if busy else 0.0,
             "peak_memory_bytes": max(peaks), "peak_memory_bytes_per_device": peaks,
+            "static_memory_bytes": self.static_memory_bytes,
+            "peak_host_memory_bytes": max(self.peak_host_memory_bytes_per_device),
             "memory_limit_bytes": self.memory_limit_bytes, "fits": self.fits,
             "fit_reason": self.fit_reason,
             "tokens_per_s": tokens / total_time if total_time > 0 else 0.0,

@@ -6,7 +6,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ltsim.costs import CostModel
 from ltsim.errors import ConfigError
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
@@ -20,8 +19,6 @@ class PlanContext:
 
     model: ModelSpec
     parallel: ParallelConfig
-    cost: CostModel
-    seed: int = 0
 
 
 def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> Any:
@@ -48,21 +45,6 @@ def positive(key: str, value: int, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         rule = "a non-negative integer" if allow_zero else "a positive integer"
         raise ConfigError(f"strategy.{key}", rule, value)
-
-
-def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
-    """Layers split as evenly as possible; earlier stages take the remainder (Megatron's uneven PP
-    gives the first and last stage fewer layers instead; this is the simple even rule)."""
-    if num_stages > num_layers:
-        raise ConfigError("parallel.pp", f"at most the model's {num_layers} layers", num_stages,
-                          "use fewer pipeline stages")
-    base, extra = divmod(num_layers, num_stages)
-    out, first = [], 0
-    for stage in range(num_stages):
-        stop = first + base + (1 if stage < extra else 0)
-        out.append((first, stop))
-        first = stop
-    return tuple(out)
 
 
 def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:

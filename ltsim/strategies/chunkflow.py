@@ -18,10 +18,11 @@ chunk 1's dK/dV reached it. Descending order is the only one that keeps gradient
 executor's state store checks it). Peak activation memory per group is K chunks, plus the K/V
 state (and its gradients) of the sequence.
 
-Memory effects per stage: a kept chunk allocates ``act`` at F (its K/V are part of it); a
-discarded one runs its F without autograd, keeping only ``ckpt`` (its stage input) and ``kv`` (its
-K/V, unless it is the last chunk) until its R, which rebuilds ``act`` and releases ``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks
-0..N-2; each chunk's B frees its own buffers.
+Memory effects per stage: a kept chunk's F keeps its activations (``act``, its K/V among them); a
+discarded one runs its F without autograd (Keep.KV), keeping only ``input`` (its stage input) and
+``kv`` (its K/V, unless it is the last chunk) until its R, which rebuilds ``act`` and releases
+``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks 0..N-2; each
+chunk's B frees its own buffers. The executor reads these keep policies from the plan.
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
 descending order). Like Megatron's 1F1B it keeps at most p - stage chunks in flight (warm-up of
@@ -34,13 +35,16 @@ activations do not pile up behind it. With no dependent chunks this is exactly M
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ltsim.errors import ConfigError
-from ltsim.plan import Chunk, OpKind, Plan, Slice
+from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
 from ltsim.strategies.base import PlanContext, positive, split_replicas
-from ltsim.strategies.packing import POLICIES, pack
-from ltsim.strategies.pipeline import Action, build_plan, interleave_1f1b
+from ltsim.strategies.chunking import pack_sequences, renumber, split_sequence
+from ltsim.strategies.lowering import lower
+from ltsim.strategies.packing import POLICIES
+from ltsim.strategies.pipeline import interleave_1f1b, kept_actions
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, mems
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -66,87 +70,73 @@ def construct_chunks(seq_ids: list[int], lengths: tuple[int, ...], options: Opti
                      first_index: int = 0, replica: int = 0) -> tuple[list[Chunk], list[list[int]]]:
     """Algorithm 1. Returns the chunks and the dependent groups (chunk indices, in sequence order)."""
     size = options.chunk_size
-    long_ids = [s for s in seq_ids if lengths[s] > size]
+    groups = [split_sequence(s, lengths[s], size, replica) for s in seq_ids if lengths[s] > size]
     short_ids = [s for s in seq_ids if lengths[s] <= size]
-    groups: list[list[Chunk]] = []
-    for seq in long_ids:
-        cuts = range(0, lengths[seq], size)
-        groups.append([Chunk(0, (Slice(seq, a, min(a + size, lengths[seq])),), replica) for a in cuts])
-    bins = pack([lengths[s] for s in short_ids], size, options.packing)
-    standalone = [Chunk(0, tuple(Slice(short_ids[i], 0, lengths[short_ids[i]]) for i in b), replica)
-                  for b in bins]
+    standalone = pack_sequences(short_ids, lengths, size, options.packing, replica)
     if options.order == "dependent-last":
         units = [[c] for c in standalone] + groups
     elif options.order == "longest-first":
         units = sorted(groups + [[c] for c in standalone], key=lambda u: -sum(c.num_tokens for c in u))
     else:
         units = groups + [[c] for c in standalone]
-    chunks: list[Chunk] = []
-    dependent: list[list[int]] = []
-    for unit in units:
-        ids = []
-        for chunk in unit:
-            ids.append(first_index + len(chunks))
-            chunks.append(Chunk(ids[-1], chunk.slices, replica))
-        if len(unit) > 1:
-            dependent.append(ids)
-    return chunks, dependent
+    return renumber(units, first_index)
 
 
-def group_actions(ids: list[int], k: int, full_recompute: bool) -> tuple[list[list[Action]], list[list[Action]]]:
-    """Forward items and backward items (descending) of one group under Algorithm 2 (see above)."""
+def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
+                  ) -> tuple[list[list[Action]], list[list[Action]]]:
+    """Forward items and backward items (descending) of one group under Algorithm 2 (see above).
+
+    ``keep``: what a kept forward keeps (the recompute policy); with Keep.INPUT (full recompute)
+    every chunk is a Megatron full-recompute chunk and the group only orders the backwards."""
     n = len(ids)
-    kept = set(ids[max(n - k, 0):]) if not full_recompute else set()
+    full = keep is Keep.INPUT
+    kept = set() if full else set(ids[max(n - k, 0):])
     fwd: list[list[Action]] = []
-    for i, c in enumerate(ids):
-        if c in kept:  # its K/V live inside its activations until its backward
-            fwd.append([Action(OpKind.F, c, allocs=("act",))])
-        else:
-            state = ("kv",) if i < n - 1 else ()
-            # run without autograd: only the stage input and the K/V stay (one layer's working
-            # set is transient and not modelled)
-            fwd.append([Action(OpKind.F, c, allocs=("ckpt",) + state)])
     bwd: list[list[Action]] = []
     for i in range(n - 1, -1, -1):
         c = ids[i]
-        grads = tuple(("kv_grad", ids[j]) for j in range(i)) if i == n - 1 else ()
-        frees = ("act",) + (("kv_grad",) if i < n - 1 else ())
-        deps = ((OpKind.B, ids[i + 1]),) if i < n - 1 else ()
-        item = []
-        if c not in kept:  # second forward; its K/V are again part of the activations
-            item.append(Action(OpKind.R, c, allocs=("act",), frees=("kv",) if i < n - 1 else ()))
-            frees += ("ckpt",)
-        item.append(Action(OpKind.B, c, allocs=grads, frees=frees, extra_deps=deps))
-        bwd.append(item)
+        grads = tuple(Mem("kv_grad", ids[j]) for j in range(i)) if i == n - 1 else ()
+        frees = (mems("kv_grad") if i < n - 1 else ())
+        deps = (op_key(device, stage, OpKind.B, ids[i + 1]),) if i < n - 1 else ()
+        state = ("kv",) if i < n - 1 else ()
+        if full:  # layer inputs kept; the K/V later chunks attend to stay until the recompute
+            (f_act,), (redo, back) = kept_actions(c, keep)
+            f_item = [replace(f_act, allocs=f_act.allocs + mems(*state))]
+            bwd.append([replace(redo, frees=mems(*state)),
+                        replace(back, allocs=grads, frees=back.frees + frees, deps=deps)])
+        elif c in kept:  # its K/V live inside its activations until its backward
+            f_item, (back,) = kept_actions(c, keep)
+            bwd.append([replace(back, allocs=grads, frees=back.frees + frees, deps=deps)])
+        else:
+            # run without autograd: only the stage input and the K/V stay (one layer's working
+            # set is transient and not modelled)
+            f_item = [Action(OpKind.F, c, Keep.KV, allocs=mems("input", *state))]
+            redo = Action(OpKind.R, c, keep, allocs=mems("act"), frees=mems(*state))
+            bwd.append([redo, Action(OpKind.B, c, keep, allocs=grads,
+                                     frees=mems("act", "input") + frees, deps=deps)])
+        fwd.insert(0, f_item)
     return fwd, bwd
 
 
-def _with_stage_deps(actions: list[Action], stage: int) -> list[Action]:
-    out = []
-    for a in actions:
-        deps = tuple((stage, kind, chunk) for kind, chunk in a.extra_deps)
-        out.append(Action(a.kind, a.chunk, a.allocs, a.frees, deps))
-    return out
-
-
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    layout = Layout.of(ctx.parallel, ctx.model.num_layers)
+    keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
-    orders: dict[tuple[int, int], list[Action]] = {}
-    full = ctx.parallel.recompute == "full"
+    orders: dict[int, list[Action]] = {}
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         mine, groups = construct_chunks(seq_ids, batch, options, len(chunks), replica)
         chunks += mine
         grouped = {c for g in groups for c in g}
         units = groups + [[c.index] for c in mine if c.index not in grouped]
         units.sort(key=lambda u: u[0])
-        fwd: list[list[Action]] = []
-        bwd: list[list[Action]] = []
-        for unit in units:
-            f_items, b_items = group_actions(unit, options.k, full)
-            fwd += f_items
-            bwd += b_items
         for stage in range(ctx.parallel.pp):
-            steps = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)
-            orders[(replica, stage)] = _with_stage_deps(steps, stage)
-    return build_plan(strategy=NAME, options=asdict(options), ctx=ctx, seq_lengths=tuple(batch),
-                      chunks=tuple(chunks), orders=orders)
+            device = layout.device(replica, stage)
+            fwd: list[list[Action]] = []
+            bwd: list[list[Action]] = []
+            for unit in units:
+                f_items, b_items = group_actions(unit, options.k, keep, device, stage)
+                fwd += f_items
+                bwd += b_items
+            orders[device] = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)
+    return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
+                          chunks=tuple(chunks), devices=layout.devices(), orders=orders), layout)

@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass
 
 from ltsim.plan import Chunk, Plan, Slice
 from ltsim.strategies.base import PlanContext, positive, split_replicas
-from ltsim.strategies.pipeline import build_plan, one_f_one_b
+from ltsim.strategies.lowering import lower
+from ltsim.strategies.pipeline import one_f_one_b
+from ltsim.strategies.schedule import Layout, Schedule, keep_policy
 
 NAME = "megatron-1f1b"
 
@@ -47,6 +49,8 @@ def group_sequences(seq_ids: list[int], lengths: tuple[int, ...], options: Optio
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    layout = Layout.of(ctx.parallel, ctx.model.num_layers)
+    keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     orders = {}
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
@@ -56,7 +60,6 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
             chunks.append(chunk)
             mine.append(chunk.index)
         for stage in range(ctx.parallel.pp):
-            orders[(replica, stage)] = one_f_one_b(mine, stage, ctx.parallel.pp,
-                                                   ctx.parallel.recompute)
-    return build_plan(strategy=NAME, options=asdict(options), ctx=ctx, seq_lengths=tuple(batch),
-                      chunks=tuple(chunks), orders=orders)
+            orders[layout.device(replica, stage)] = one_f_one_b(mine, stage, ctx.parallel.pp, keep)
+    return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
+                          chunks=tuple(chunks), devices=layout.devices(), orders=orders), layout)

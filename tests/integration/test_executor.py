@@ -14,7 +14,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ltsim.cli import main as cli_main  # noqa: E402
-from ltsim.costs import UnitCostModel  # noqa: E402
 from ltsim.errors import ConfigError, PlanError  # noqa: E402
 from ltsim.executor import kernels  # noqa: E402
 from ltsim.executor.memtrack import MemoryTracker  # noqa: E402
@@ -24,7 +23,7 @@ from ltsim.model import get_model  # noqa: E402
 from ltsim.parallel import ParallelConfig  # noqa: E402
 from ltsim.plan import OpKind  # noqa: E402
 from ltsim.sim.metrics import batch_metrics  # noqa: E402
-from ltsim.sim.trace import Trace  # noqa: E402
+from ltsim.trace import Trace  # noqa: E402
 from ltsim.strategies import get_strategy  # noqa: E402
 from ltsim.strategies.base import PlanContext  # noqa: E402
 
@@ -36,8 +35,8 @@ TOL = 1e-10
 
 
 def make_plan(name: str, pp: int = 2, dp: int = 1, lengths=LENGTHS, **options):
-    parallel = ParallelConfig(pp=pp, dp=dp)
-    ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
+    parallel = ParallelConfig(pp=pp, dp=dp, zero_stage=0)  # the executor's Adam is not sharded
+    ctx = PlanContext(model=SPEC, parallel=parallel)
     strategy = get_strategy(name)
     return strategy.plan(tuple(lengths), ctx, strategy.parse(options)), parallel
 

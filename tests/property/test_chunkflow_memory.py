@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ltsim.sim.engine import Engine
 from ltsim.strategies import get_strategy
-from tests.conftest import unit_ctx
+from tests.conftest import unit_ctx, unit_engine
 
 CHUNKFLOW = get_strategy("chunkflow")
 
@@ -24,7 +24,7 @@ def test_k1_peak_is_one_chunk(chunk_size, long_factors, shorts, seed):
     lengths = tuple(lengths)
     ctx = unit_ctx(pp=1)
     plan = CHUNKFLOW.plan(lengths, ctx, CHUNKFLOW.parse({"chunk_size": chunk_size, "k": 1}))
-    trace = Engine(ctx.cost).run(plan)
+    trace = unit_engine().run(plan)
     assert max(trace.peak_memory_bytes()) <= chunk_size  # unit model: 1 byte per token
 
 
@@ -34,4 +34,4 @@ def test_k_chunks_kept(k, n):
     """One sequence of n chunks on one stage: peak = min(k, n) chunks of activations."""
     ctx = unit_ctx(pp=1)
     plan = CHUNKFLOW.plan((8 * n,), ctx, CHUNKFLOW.parse({"chunk_size": 8, "k": k}))
-    assert max(Engine(ctx.cost).run(plan).peak_memory_bytes()) == 8 * min(k, n)
+    assert max(unit_engine().run(plan).peak_memory_bytes()) == 8 * min(k, n)

@@ -1,9 +1,11 @@
 """Registry-wide conformance suite (scikit-learn's test_common idea): every strategy, random batches.
 
-For each registered strategy: the plan validates; each chunk is forwarded and backwarded exactly once
-per stage; tokens are conserved; the simulation terminates; no op starts before its dependencies
-end or before the previous op of its stream; memory never goes negative and returns to the static
-level at the end of the step.
+For each registered strategy: the plan validates; each chunk is forwarded once per stage and, when
+it gets gradients, backwarded once (token-layers of its F and B ops add up to the chunk's tokens
+times the stage's layers; a CP-sharded op on one rank counts its share); tokens are conserved; the
+simulation terminates; no op starts before its dependencies end, before the ops it starts with have
+started, or before the previous op of its stream; memory (device and host) never goes negative and
+returns to the static level at the end of the step.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from ltsim.plan import OpKind
 from ltsim.sim.engine import Engine
 from ltsim.strategies import REGISTRY
-from tests.conftest import unit_ctx
+from tests.conftest import unit_ctx, unit_engine
 
 # Options that make small random batches interesting (splitting, packing) per strategy.
 SMALL_OPTIONS: dict[str, list[dict]] = {
@@ -41,18 +43,24 @@ def test_strategy_conforms(name, options, p, dp, lengths, recompute):
     strategy = REGISTRY[name]
     ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
     plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
-    counts = Counter((op.kind, op.stage, op.chunk) for op in plan.ops())
+    covered = Counter()
+    for op in plan.ops():
+        if op.kind in (OpKind.F, OpKind.B) and op.part != "attn":
+            share = plan.devices[op.device].cp_width / op.work.split.cp
+            covered[(op.kind, op.stage, op.chunk)] += op.work.num_tokens * op.work.num_layers * share
     for chunk in plan.chunks:
-        for stage in range(p):
-            assert counts[(OpKind.F, stage, chunk.index)] == 1
-            assert counts[(OpKind.B, stage, chunk.index)] == 1
+        for stage, (first, stop) in enumerate(plan.stage_layers):
+            need = chunk.num_tokens * (stop - first)
+            assert covered[(OpKind.F, stage, chunk.index)] == pytest.approx(need)
+            grad = need if plan.gets_grad(chunk.index) else 0
+            assert covered[(OpKind.B, stage, chunk.index)] == pytest.approx(grad)
     seq_tokens = Counter()
     for chunk in plan.chunks:
         for piece in chunk.slices:
             seq_tokens[piece.seq] += piece.num_tokens
     assert [seq_tokens[i] for i in range(len(lengths))] == list(lengths)
 
-    trace = Engine(ctx.cost).run(plan)
+    trace = unit_engine().run(plan)
     end = {(e.device, e.token): e.end_s for e in trace.events}
     start = {(e.device, e.token): e.start_s for e in trace.events}
     assert len(end) == sum(len(prog.ops) for prog in plan.programs)
@@ -61,10 +69,19 @@ def test_strategy_conforms(name, options, p, dp, lengths, recompute):
         for op in program.ops:
             key = (op.device, op.token)
             for dep in op.deps:
-                device, token = dep.split(":", 1)
-                assert start[key] >= end[(int(device), token)] - 1e-9
+                assert start[key] >= end[(dep.device, dep.token)] - 1e-9
+            for dep in op.start_deps:
+                assert start[key] >= start[(dep.device, dep.token)] - 1e-9
             if prev is not None:
                 assert start[key] >= end[prev] - 1e-9
             prev = key
-    assert all(level >= 0 for _, _, level in trace.memory)
+    assert all(level >= 0 for _, _, level in trace.memory + trace.host_memory)
     assert trace.final_memory_bytes() == list(trace.static_bytes)
+    assert all(level == 0 for level in _final_host(trace))
+
+
+def _final_host(trace):
+    final = [0] * trace.num_devices
+    for _, device, level in trace.host_memory:
+        final[device] = level
+    return final

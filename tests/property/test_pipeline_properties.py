@@ -10,7 +10,7 @@ from ltsim.costs import UnitCostModel
 from ltsim.sim.engine import Engine
 from ltsim.sim.metrics import batch_metrics
 from ltsim.strategies import get_strategy
-from tests.conftest import unit_ctx
+from tests.conftest import unit_ctx, unit_engine
 
 MEGATRON = get_strategy("megatron-1f1b")
 
@@ -21,7 +21,7 @@ def test_equal_microbatches_bubble_is_closed_form(p, m, length):
     """With equal micro-batches, bubble = (p-1)/(m+p-1) and makespan = (m+p-1)(F+B)."""
     ctx = unit_ctx(pp=p)
     plan = MEGATRON.plan((length,) * m, ctx, MEGATRON.parse({}))
-    trace = Engine(ctx.cost).run(plan)
+    trace = unit_engine().run(plan)
     metrics = batch_metrics(plan, trace, 0.0)
     assert metrics.bubble_ratio == pytest.approx((p - 1) / (m + p - 1))
     assert trace.makespan_s == pytest.approx((m + p - 1) * 3 * length)

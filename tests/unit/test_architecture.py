@@ -1,10 +1,12 @@
-"""Architecture rules of DESIGN.md section 3: import direction, a fast torch-free core, module sizes."""
+"""Architecture rules of DESIGN.md section 3: import direction, a fast torch-free core, module sizes;
+only the command line prints (STYLE.md)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,33 +17,60 @@ PKG = Path(__file__).resolve().parents[2] / "ltsim"
 LEVELS = {
     "errors": 0, "units": 0,
     "model": 1, "workload": 1, "datasets": 1, "hardware": 1, "parallel": 1, "plan": 1,
-    "plan_check": 1,
+    "plan_check": 1, "trace": 1,
     "profiles": 2, "lookup": 2,
-    "memory": 3, "costs": 3, "costs_table": 3, "costs_comm": 3,
+    "memory": 3, "costs": 3,
     "strategies": 4, "sim": 5,
     "scenario": 6, "planner": 6, "runner": 6, "sweepstore": 6, "check": 6,
     "report": 7, "viz": 7, "validate": 7,
     "cli": 8, "__main__": 8, "__init__": 8,
 }
-SIDE = {"profiler", "executor"}  # may import anything below strategies; nothing imports them
+# They may import anything below strategies; the core imports them never at module level, and
+# inside functions only from above strategies (DESIGN.md: "nothing in the core imports them ...
+# at module top"; validate runs the executor, cli the profiler).
+SIDE = {"profiler", "executor"}
+
+
+# The only modules that print or write to sys.stdout / sys.stderr: the command line.
+PRINTERS = {"cli.py"}
+# Functions that are command-line entry points without being in cli.py; each may import ltsim.cli.
+# ltsim/profiler/__main__.py calls profiler/cli.py's main (`python -m ltsim.profiler`).
+ENTRY_POINTS = {("profiler/cli.py", "main")}
 
 
 def _top(module: str) -> str:
     return module.split(".")[1] if module.count(".") else ""
 
 
-def _module_level_imports(path: Path) -> list[str]:
-    """ltsim imports at module level (not inside functions, not under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    out = []
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
-            if isinstance(sub, ast.ImportFrom) and sub.module and sub.module.startswith("ltsim"):
-                out.append(sub.module)
-            elif isinstance(sub, ast.Import):
-                out += [a.name for a in sub.names if a.name.startswith("ltsim")]
+@dataclass(frozen=True)
+class Import:
+    module: str
+    line: int
+    function: str  # the enclosing function's name; "" at module level (a class body included)
+
+
+def _imports(path: Path) -> list[Import]:
+    """Every ltsim import, at module level or inside functions (lazy); not under TYPE_CHECKING."""
+    out: list[Import] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    visit(sub, function)
+                continue
+            if isinstance(child, ast.ImportFrom):
+                assert child.level == 0, f"{path.name}:{child.lineno}: use absolute ltsim imports"
+                if child.module and child.module.startswith("ltsim"):
+                    out.append(Import(child.module, child.lineno, function))
+            elif isinstance(child, ast.Import):
+                out.extend(Import(a.name, child.lineno, function) for a in child.names
+                           if a.name.startswith("ltsim"))
+            inner = (child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     else "<lambda>" if isinstance(child, ast.Lambda) else function)
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), "")
     return out
 
 
@@ -55,18 +84,60 @@ MODULES = sorted(p for p in PKG.rglob("*.py"))
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
 def test_import_direction(path):
-    me = _name(path)
-    for module in _module_level_imports(path):
-        target = _top(module) or "__init__"
+    """LEVELS for every import, lazy ones included. profiler/ and executor/ (SIDE) sit beside
+    strategies: they import only below it, and the core imports them only inside functions from
+    above it (the command line, validate)."""
+    me, rel = _name(path), str(path.relative_to(PKG))
+    assert me in LEVELS or me in SIDE, f"{rel} has no level in this test"
+    problems = []
+    for imp in _imports(path):
+        where = f"{rel}:{imp.line} imports {imp.module}" + (
+            f" (in {imp.function})" if imp.function else "")
+        target = _top(imp.module) or "__init__"
+        if target == "cli" and (rel, imp.function) in ENTRY_POINTS:
+            continue
         if target in SIDE:
-            assert me in SIDE, f"{path.name} imports {module}: the core must not import {target}/"
+            if me in SIDE:
+                continue
+            if not imp.function:
+                problems.append(f"{where}: the core must not import {target}/ at module level")
+            elif LEVELS[me] <= LEVELS["strategies"]:
+                problems.append(f"{where}: only modules above strategies may import {target}/")
             continue
-        if me in SIDE:
-            assert LEVELS[target] < LEVELS["strategies"], f"{me}/ may not import {module}"
-            continue
-        assert target in LEVELS, f"{module} imported by {path.name} has no level in this test"
-        assert LEVELS[target] <= LEVELS[me], (
-            f"{path.relative_to(PKG)} (level {LEVELS[me]}) imports {module} (level {LEVELS[target]})")
+        if target not in LEVELS:
+            problems.append(f"{where}: {target} has no level in this test")
+        elif me in SIDE:
+            if LEVELS[target] >= LEVELS["strategies"]:
+                problems.append(f"{where}: {me}/ may import only modules below strategies")
+        elif LEVELS[target] > LEVELS[me]:
+            problems.append(f"{where}: level {LEVELS[me]} imports level {LEVELS[target]}")
+    assert not problems, "\n".join(problems)
+
+
+STREAMS = {"stdout", "stderr", "__stdout__", "__stderr__"}
+
+
+def _writes_output(path: Path) -> list[str]:
+    """Calls to print and uses of sys.stdout / sys.stderr (also via ``from sys import ...``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{node.lineno}: print(...)")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "sys" and node.attr in STREAMS):
+            found.append(f"{node.lineno}: sys.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys":
+            found += [f"{node.lineno}: from sys import {a.name}" for a in node.names
+                      if a.name in STREAMS]
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if str(p.relative_to(PKG)) not in PRINTERS],
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_only_the_command_line_prints(path):
+    """Library modules return values and strings; ltsim/cli.py prints them (STYLE.md)."""
+    found = _writes_output(path)
+    assert not found, f"{path.relative_to(PKG)} writes output: " + "; ".join(found)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))

@@ -7,13 +7,14 @@ import dataclasses
 import pytest
 
 from ltsim.errors import PlanError
-from ltsim.plan import Buffer, Chunk, Op, OpKind, Slice, parse_token
+from ltsim.plan import KINDS, STREAMS, Buffer, Chunk, Op, OpKind, Slice, Work, op_key, parse_token
 from ltsim.strategies import get_strategy
 from tests.conftest import unit_ctx
 
 
 @pytest.mark.parametrize("token", ["s2F3", "s0B0", "s10R12", "s1W4", "s0SEND_F1", "s3SEND_B0",
-                                   "s0COLL[dp-grad]", "s2OPT"])
+                                   "s0COLL[dp-grad]", "s2OPT", "s1COLL3[cp-F]", "s0F2[attn]",
+                                   "s0COPY4[d2h-ckpt-L0]"])
 def test_token_round_trip(token):
     stage, kind, chunk, name = parse_token(token)
     assert Op(kind=kind, device=0, stage=stage, chunk=chunk, name=name).token == token
@@ -47,14 +48,14 @@ def _replace_op(plan, device, token, **changes):
 
 
 def test_validate_missing_dependency_marks_op():
-    bad = _replace_op(_plan(), 1, "s1F2", deps=("0:s0SEND_F9",))
+    bad = _replace_op(_plan(), 1, "s1F2", deps=(op_key(0, 0, OpKind.SEND_F, 9),))
     with pytest.raises(PlanError, match=r"depends on missing op 0:s0SEND_F9") as info:
         bad.validate()
     assert ">>s1F2<<" in str(info.value)
 
 
 def test_validate_cycle_detected():
-    bad = _replace_op(_plan(), 0, "s0F0", deps=("1:s1SEND_B0",))
+    bad = _replace_op(_plan(), 0, "s0F0", deps=(op_key(1, 1, OpKind.SEND_B, 0),))
     with pytest.raises(PlanError, match="dependency cycle"):
         bad.validate()
 
@@ -63,16 +64,23 @@ def test_validate_missing_backward():
     plan = _plan()
     programs = tuple(dataclasses.replace(p, ops=tuple(o for o in p.ops if o.token != "s1B3"))
                      for p in plan.programs)
-    with pytest.raises(PlanError, match="chunk 3 has 0 B ops on stage 1"):
+    with pytest.raises(PlanError, match="chunk 3 has 0 of 14 token-layers of B on stage 1"):
         dataclasses.replace(plan, programs=programs).validate()
 
 
 def test_validate_leaked_buffer():
     bad = _replace_op(_plan(), 0, "s0B1", frees=())
-    with pytest.raises(PlanError, match=r"buffer act:s0c1 on device 0 is never freed"):
+    with pytest.raises(PlanError, match=r"buffer act:c1L0-14 on device 0 is never freed"):
         bad.validate()
 
 
 def test_buffer_name():
-    assert Buffer("kv", 3, 1).name == "kv:s1c3"
-    assert OpKind.F in {OpKind.F}
+    work = Work(chunk=3, slices=(Slice(0, 0, 8),), layers=(14, 28))
+    assert Buffer("kv", work).name == "kv:c3L14-28"
+    assert Buffer("ckpt", work, host=True).name == "ckpt:c3L14-28@host"
+
+
+def test_every_kind_has_a_known_stream():
+    assert {info.stream for info in KINDS.values()} <= set(STREAMS)
+    assert {k for k, info in KINDS.items() if info.busy} == {OpKind.F, OpKind.B, OpKind.W, OpKind.R,
+                                                              OpKind.OPT}

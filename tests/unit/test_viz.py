@@ -12,7 +12,7 @@ import pytest
 
 import ltsim
 from ltsim import viz
-from ltsim.sim.trace import Event, Trace
+from ltsim.trace import Event, Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG2 = ROOT / "scenarios" / "examples" / "chunkflow-fig2-baseline.toml"

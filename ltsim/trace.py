@@ -1,4 +1,6 @@
-"""Trace: frozen event records per device stream, plus each device's memory timeline."""
+"""Trace: frozen event records per device stream, plus each device's memory timelines (device and
+host). Simulated (ltsim.sim.engine) and measured (ltsim.executor) traces share this type, so it sits
+low in the import order, beside the plan."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ltsim.plan import STREAMS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,12 +38,14 @@ class Trace:
     """What happened (simulated or measured) in one global batch.
 
     ``memory`` holds (time_s, device, bytes) samples taken after every change; ``static_bytes`` the
-    per-device level before the first op. Memory is per GPU of the device.
+    per-device level before the first op; ``host_memory`` the same for host memory (offloaded
+    buffers), from 0. Memory is per GPU of the device.
     """
 
     events: tuple[Event, ...]
     memory: tuple[tuple[float, int, int], ...]
     static_bytes: tuple[int, ...]
+    host_memory: tuple[tuple[float, int, int], ...] = ()
     source: str = "simulated"  # or "measured"
 
     @property
@@ -53,6 +59,13 @@ class Trace:
     def peak_memory_bytes(self) -> list[int]:
         peaks = list(self.static_bytes)
         for _, device, level in self.memory:
+            if level > peaks[device]:
+                peaks[device] = level
+        return peaks
+
+    def peak_host_memory_bytes(self) -> list[int]:
+        peaks = [0] * self.num_devices
+        for _, device, level in self.host_memory:
             if level > peaks[device]:
                 peaks[device] = level
         return peaks
@@ -78,10 +91,11 @@ class Trace:
     def to_chrome_trace(self, *, process_name: str = "ltsim") -> dict[str, Any]:
         """Chrome trace-event JSON (opens in Perfetto / chrome://tracing). Times in microseconds.
 
-        One process per device, one thread per stream, and a memory counter track per device.
+        One process per device, one thread per stream, and memory counter tracks per device.
         """
         out: list[dict[str, Any]] = []
-        streams = {"compute": 0, "comm": 1}
+        used = {e.stream for e in self.events}
+        streams = {s: i for i, s in enumerate(STREAMS) if s in used or s == "compute"}
         for device in range(self.num_devices):
             out.append({"ph": "M", "name": "process_name", "pid": device, "tid": 0,
                         "args": {"name": f"{process_name} device {device}"}})
@@ -90,7 +104,7 @@ class Trace:
                             "args": {"name": stream}})
         for e in self.events:
             out.append({"ph": "X", "name": e.token, "cat": e.kind, "pid": e.device,
-                        "tid": streams.get(e.stream, 2), "ts": e.start_s * 1e6,
+                        "tid": streams.get(e.stream, len(STREAMS)), "ts": e.start_s * 1e6,
                         "dur": (e.end_s - e.start_s) * 1e6,
                         "args": {"stage": e.stage, "chunk": e.chunk}})
         for device, level in enumerate(self.static_bytes):
@@ -98,6 +112,9 @@ class Trace:
                         "args": {"GiB": level / 2**30}})
         for time_s, device, level in self.memory:
             out.append({"ph": "C", "name": "memory", "pid": device, "ts": time_s * 1e6,
+                        "args": {"GiB": level / 2**30}})
+        for time_s, device, level in self.host_memory:
+            out.append({"ph": "C", "name": "host memory", "pid": device, "ts": time_s * 1e6,
                         "args": {"GiB": level / 2**30}})
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 

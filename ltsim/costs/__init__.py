@@ -1,0 +1,73 @@
+"""CostModel: the only source of durations and byte counts (STYLE.md principle 2).
+
+A cost model answers from one op, buffer or device alone, never from a plan or global settings:
+the op says what it computes or moves (ltsim.plan), and the model knows only the hardware and the
+model shape. The same methods are the query face a planner uses before any plan exists::
+
+    work = Work(chunk=0, slices=(Slice(0, 4096, 8192),), layers=(0, 4), split=Split(tp=4, cp=2))
+    cost.compute_s(OpKind.F, work)           # seconds of that forward on one GPU
+    cost.buffer_bytes(Buffer("act", work))   # bytes it keeps for backward
+
+Implementations: ``UnitCostModel`` (unit.py, the seed papers' toy preset) and ``TableCostModel``
+(table.py, profile tables + the memory model). ``duration_s(op)`` dispatches an op to
+``compute_s`` / ``comm_s`` / ``optimizer_s``; the engine calls only it.
+Warnings (lookups outside the tables) belong to the model instance, i.e. to one run.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ltsim.costs.unit import UnitCostModel
+from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, Op, OpKind, Work
+
+__all__ = ["CostModel", "UnitCostModel", "duration_s"]
+
+
+class CostModel(Protocol):
+    """What the engine, the metrics and the planners ask of a cost model. All seconds and bytes,
+    per GPU."""
+
+    memory_limit_bytes: int  # usable device memory for tensors (allocator allowance applied)
+    host_memory_limit_bytes: int  # host memory one GPU's share may hold
+    peak_flops_per_s: float  # per GPU; 0 when FLOPs are not meaningful (unit preset)
+
+    def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
+        """Seconds of a compute op (F, B, W, R) over ``work`` on one GPU; ``part`` "attn" is its
+        attention kernels only, "dense" everything else, "" both."""
+        ...
+
+    def comm_s(self, comm: Comm) -> float:
+        """Seconds a comm op (P2P, collective, host copy) occupies its stream."""
+        ...
+
+    def optimizer_s(self, device: Device) -> float:
+        """Seconds of the optimizer step of ``device``'s parameter shard."""
+        ...
+
+    def buffer_bytes(self, buffer: Buffer) -> int:
+        """Bytes a buffer holds on one GPU (or in host memory for one GPU, when ``buffer.host``)."""
+        ...
+
+    def static_memory_bytes(self, device: Device) -> int:
+        """Weights, gradients and optimizer state on one GPU of ``device``."""
+        ...
+
+    def model_flops(self, chunk: Chunk) -> float:
+        """Training FLOPs (forward + backward, no recompute) of one chunk over the whole model."""
+        ...
+
+    def warnings(self) -> list[str]:
+        """Lookups outside measured ranges and other caveats of this model's lookups, de-duplicated."""
+        ...
+
+
+def duration_s(cost: CostModel, op: Op) -> float:
+    """Seconds ``op`` occupies its stream, from the op alone."""
+    if op.work is not None:
+        return cost.compute_s(op.kind, op.work, part=op.part, keep=op.keep)
+    if op.comm is not None:
+        return cost.comm_s(op.comm)
+    if op.kind is OpKind.OPT:
+        raise ValueError("an OPT op is priced with optimizer_s(device)")
+    raise ValueError(f"op {op.token} carries neither work nor comm")

@@ -1,0 +1,64 @@
+"""Bytes of buffers and static memory, from the memory model (ltsim/memory.py), per GPU.
+
+A buffer's bytes come from its kind, its work (tokens, layers, split, embedding / head) and, for
+activations, what the forward keeps (Keep.ALL = Megatron recompute "none", SELECTIVE = "selective").
+These are tensor bytes: the allocator's allowance (fragmentation, CUDA context) is applied once, to
+the device limit (TableCostModel.memory_limit_bytes), never to buffers.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import ltsim.memory as mem
+from ltsim.model import ModelSpec
+from ltsim.parallel import ParallelConfig
+from ltsim.plan import Buffer, Device, Keep, Split
+from ltsim.units import dtype_bytes
+
+_RECOMPUTE = {Keep.ALL: "none", Keep.SELECTIVE: "selective", Keep.INPUT: "full"}
+
+
+def as_parallel(split: Split) -> ParallelConfig:
+    """The degrees memory.py reads (tp, cp, cp_kind, sequence parallelism) of one split."""
+    return ParallelConfig(tp=split.tp, cp=split.cp, cp_kind=split.cp_kind, sequence_parallel=split.sp)
+
+
+class BufferCosts:
+    def __init__(self, model: ModelSpec) -> None:
+        self.model = model
+        self.e = dtype_bytes(model.dtype)
+        self.per_token = lru_cache(maxsize=4096)(self._per_token)
+
+    def bytes(self, buffer: Buffer) -> int:
+        work = buffer.work
+        per_token = self.per_token(buffer.kind, buffer.keep, work.num_layers, work.split,
+                                   work.embed, work.head)
+        return int(per_token * work.num_tokens)
+
+    def _per_token(self, kind: str, keep: Keep, layers: int, split: Split, embed: bool,
+                   head: bool) -> float:
+        """Bytes per token of the work (the work's tokens, split over cp as memory.py counts)."""
+        m, par = self.model, as_parallel(split)
+        if kind == "act":
+            value = mem.activation_bytes_per_token(m, par, num_layers=layers,
+                                                   recompute=_RECOMPUTE.get(keep, "none"))
+            if embed:
+                value += mem.embedding_bytes_per_token(m, par)
+            if head:
+                value += mem.logits_bytes_per_token(m, par)
+            return value
+        if kind == "ckpt":
+            return mem.activation_bytes_per_token(m, par, num_layers=layers, recompute="full")
+        if kind == "input":
+            return m.hidden_size * self.e / (split.tp if split.sp else 1) / split.cp
+        if kind == "kv":
+            return mem.kv_state_bytes_per_token(m, par, num_layers=layers)
+        if kind == "kv_grad":
+            return mem.kv_grad_bytes_per_token(m, par, num_layers=layers)
+        raise ValueError(f"unknown buffer kind {kind!r}")
+
+    def static_bytes(self, device: Device) -> mem.StaticMemory:
+        par = ParallelConfig(tp=device.tp, dp=device.num_shards, zero_stage=device.zero_stage)
+        return mem.static_memory_bytes(self.model, par, num_layers=device.num_layers,
+                                       has_embedding=device.embed, has_head=device.head)

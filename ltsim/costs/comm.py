@@ -1,0 +1,69 @@
+"""Time of one comm op (ltsim.plan.Comm) from the profile's collectives table and the hardware.
+
+Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V width:
+- "act" / "act_grad" (P2P between stages): T/cp x h x e, /tp with sequence parallelism;
+- "kv" (ring CP): per layer and step, the K/V shard T/cp x 2 kv_h/tp x e, one P2P per step
+  (cp - 1 steps forward, twice that backward as dK/dV travel too), times the work's layers;
+- "qkvo" (Ulysses): per layer, all-to-alls of Q, K, V in and the output back,
+  T/cp x (2h + 2 kv_h)/tp x e, times the layers;
+- "grads": the layers' parameters in fp32 (Megatron's main gradients), reduce-scatter (ZeRO >= 1)
+  or all-reduce; "params": the parameters in the model dtype, all-gather (ZeRO's gathers);
+- "d2h" / "h2d" copies: the buffer's bytes over the host link (buffer_bytes of a Buffer of that kind).
+The group spans GPUs ``comm.gpus``: one node's GPUs -> the "intra" rows, else "inter".
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ltsim.hardware import ClusterSpec
+from ltsim.memory import stage_parameters_per_gpu
+from ltsim.model import ModelSpec
+from ltsim.plan import Buffer, Comm
+from ltsim.profiles import Profile
+from ltsim.units import dtype_bytes
+
+FP32_BYTES = 4
+
+
+class CommCosts:
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile,
+                 buffer_bytes: Callable[[Buffer], int]) -> None:
+        self.model, self.cluster, self.profile = model, cluster, profile
+        self.buffer_bytes = buffer_bytes
+        self.e = dtype_bytes(model.dtype)
+
+    def scope(self, comm: Comm) -> str:
+        gpn = self.cluster.gpus_per_node
+        return "intra" if comm.gpus[0] // gpn == comm.gpus[1] // gpn else "inter"
+
+    def time_s(self, comm: Comm) -> float:
+        if comm.collective in ("d2h", "h2d"):
+            return self.copy_s(comm)
+        nbytes, repeats = self.payload(comm)
+        size = 2 if comm.collective == "send_recv" else comm.group_size
+        one = self.profile.collective_time_s(comm.collective, group_size=size,
+                                             scope=self.scope(comm), num_bytes=int(nbytes))
+        return repeats * one
+
+    def payload(self, comm: Comm) -> tuple[float, int]:
+        """(bytes of one collective call, number of calls)."""
+        m, work, split = self.model, comm.work, comm.work.split
+        tokens = work.num_tokens / split.cp
+        if comm.tensor in ("act", "act_grad"):
+            sp = split.tp if split.sp and split.tp > 1 else 1
+            return tokens * m.hidden_size * self.e / sp, comm.steps
+        if comm.tensor == "kv":
+            return tokens * 2 * m.kv_hidden_size / split.tp * self.e, comm.steps * work.num_layers
+        if comm.tensor == "qkvo":
+            width = (2 * m.hidden_size + 2 * m.kv_hidden_size) / split.tp
+            return tokens * width * self.e, comm.steps * work.num_layers
+        if comm.tensor in ("grads", "params"):
+            params = stage_parameters_per_gpu(m, split.tp, num_layers=work.num_layers,
+                                              has_embedding=work.embed, has_head=work.head)
+            return params * (FP32_BYTES if comm.tensor == "grads" else self.e), comm.steps
+        raise ValueError(f"no cost for moving tensor {comm.tensor!r} by {comm.collective}")
+
+    def copy_s(self, comm: Comm) -> float:
+        nbytes = self.buffer_bytes(Buffer(comm.tensor, comm.work))
+        return comm.steps * nbytes / self.cluster.device.host_link_bytes_per_s

@@ -1,0 +1,160 @@
+"""Compute time of one op's work on one GPU, from profile tables (Megatron-LM's layer layout).
+
+Per layer, for T = the work's tokens on this GPU (tokens / cp; the GEMMs see all of them, with
+sequence parallelism after the all-gather):
+
+  GEMMs (column/row-parallel; each at least the time to stream its weight from device memory):
+    QKV (T, h) @ (h, (h + 2 kv_h)/tp); out (T, h/tp) @ (h/tp, h); MLP up (T, h) @ (h, g ffn/tp),
+    g = 2 for SwiGLU else 1; down (T, ffn/tp) @ (ffn/tp, h)
+  attention: per slice, q = its tokens, kv = context + q, heads/tp, from attention.csv; ring CP
+    splits the work over cp ranks; Ulysses runs heads/(tp*cp) on each whole slice
+  elementwise: from the profile's elementwise.csv when it has the model's widths, else bytes moved /
+    HBM bandwidth, an unvalidated estimate of (10 h + 3 g ffn/tp) x dtype bytes per token per layer:
+    two norms (read + write h) and two residual adds (read 2h, write h), plus the MLP activation
+    (an upper bound: SwiGLU reads 2 ffn and writes ffn, counted as 6 ffn)
+  TP: with SP 2 all-gathers + 2 reduce-scatters of T h e bytes per layer, else 2 all-reduces
+backward = 2 x forward GEMMs + attention backward (table) + elementwise backward + the same TP traffic
+W (weight gradient split from B) = the forward GEMMs again
+LM head and loss (a work with ``head``): (T, h) @ (h, V/tp), plus reading and writing fp32 logits
+  three times (softmax, loss, gradient) through HBM; doubled GEMM in backward.
+
+``part`` "attn" is the attention term alone (the part ring CP overlaps), "dense" the rest.
+CP communication, ZeRO gathers and the DP reduction are comm ops of their own (comm.py).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ltsim.errors import ProfileError
+from ltsim.hardware import ClusterSpec
+from ltsim.model import ModelSpec
+from ltsim.plan import OpKind, Split, Work
+from ltsim.profiles import Profile, read_table
+from ltsim.units import dtype_bytes
+
+FP32_BYTES = 4
+
+
+class ComputeCosts:
+    """Seconds of the compute ops of one model on one device type."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile) -> None:
+        self.model, self.cluster, self.profile = model, cluster, profile
+        self.e = dtype_bytes(model.dtype)
+        self._elementwise = _elementwise_curves(profile.path)
+        self.layer_s = lru_cache(maxsize=4096)(self._layer_s)
+        self.attention_s = lru_cache(maxsize=65536)(self._attention_s)
+        self.head_s = lru_cache(maxsize=4096)(self._head_s)
+
+    def time_s(self, kind: OpKind, work: Work, part: str) -> float:
+        split = work.split
+        backward = kind is OpKind.B
+        layers = work.num_layers
+        attn = 0.0
+        if part != "dense" and kind is not OpKind.W:
+            attn_pass = "bwd" if backward else "fwd"
+            attn = layers * sum(self.attention_s(s.num_tokens, s.stop, attn_pass, split)
+                                for s in work.slices)
+        if part == "attn":
+            return attn
+        tokens = max(1, -(-work.num_tokens // split.cp))
+        gemm, elem_fwd, elem_bwd, tp_comm = self.layer_s(tokens, split.tp, split.sp)
+        if kind is OpKind.W:
+            return layers * gemm
+        dense = (2.0 * gemm + elem_bwd) if backward else (gemm + elem_fwd)
+        total = attn + layers * (dense + tp_comm)
+        if work.head:
+            total += self.head_s(tokens, split.tp, backward)
+        return total
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _gemm(self, m: int, n: float, k: float) -> float:
+        """Table time, but never less than streaming the (k, n) weight from device memory once:
+        microbenchmarks reuse one weight that stays in cache, a model's layers do not
+        (validation/executor/cpu_notes.md measured +0.15 ms per small GEMM on the CPU)."""
+        n, k = max(1, int(n)), max(1, int(k))
+        table = self.profile.gemm_time_s(m, n, k, self.model.dtype)
+        return max(table, k * n * self.e / self.cluster.device.hbm_bytes_per_s)
+
+    def _layer_s(self, tokens: int, tp: int, sp: bool) -> tuple[float, float, float, float]:
+        """(GEMM, elementwise forward, elementwise backward, TP collective) seconds of one layer."""
+        m, h = self.model, self.model.hidden_size
+        g = 2 if m.arch == "llama" else 1
+        gemm = (self._gemm(tokens, (h + 2 * m.kv_hidden_size) / tp, h)
+                + self._gemm(tokens, h, h / tp)
+                + self._gemm(tokens, g * m.ffn_hidden_size / tp, h)
+                + self._gemm(tokens, h, m.ffn_hidden_size / tp))
+        elem_fwd, elem_bwd = self._elementwise_s(tokens, tp)
+        if tp == 1:
+            return gemm, elem_fwd, elem_bwd, 0.0
+        act_bytes = tokens * h * self.e
+        scope = "intra" if tp <= self.cluster.gpus_per_node else "inter"
+        coll = self.profile.collective_time_s
+        if sp:
+            comm = 2 * (coll("all_gather", group_size=tp, scope=scope, num_bytes=int(act_bytes))
+                        + coll("reduce_scatter", group_size=tp, scope=scope, num_bytes=int(act_bytes)))
+        else:
+            comm = 2 * coll("all_reduce", group_size=tp, scope=scope, num_bytes=int(act_bytes))
+        return gemm, elem_fwd, elem_bwd, comm
+
+    def _elementwise_s(self, tokens: int, tp: int) -> tuple[float, float]:
+        """Norms, residual adds, RoPE and the MLP activation of one layer (forward, backward):
+        from the profile's elementwise.csv where it has this model's widths, else bytes / HBM."""
+        m = self.model
+        ops = (("rmsnorm", m.hidden_size, 2), ("residual_add", m.hidden_size, 2),
+               ("swiglu", m.ffn_hidden_size // tp, 1),
+               ("rope", (m.num_attention_heads + m.num_kv_heads) // tp * m.head_dim, 1))
+        if m.arch == "llama" and all((op, w, "fwd") in self._elementwise for op, w, _ in ops):
+            fwd, bwd = (sum(n * _interp(self._elementwise[(op, w, p)], tokens) for op, w, n in ops)
+                        for p in ("fwd", "bwd"))
+            return fwd, bwd
+        g = 2 if m.arch == "llama" else 1
+        moved = tokens * (10 * m.hidden_size + 3 * g * m.ffn_hidden_size / tp) * self.e
+        fwd = moved / self.cluster.device.hbm_bytes_per_s
+        return fwd, 2 * fwd
+
+    def _attention_s(self, q: int, kv: int, pass_: str, split: Split) -> float:
+        """One layer's attention kernel over one slice on one GPU (CP splits the work or heads)."""
+        m = self.model
+        heads = max(1, m.num_attention_heads // split.tp)
+        kv_heads = max(1, m.num_kv_heads // split.tp)
+        if split.cp > 1 and split.cp_kind == "ulysses":
+            return self.profile.attention_time_s(q, kv, num_heads=max(1, heads // split.cp),
+                                                 num_kv_heads=max(1, kv_heads // split.cp),
+                                                 head_dim=m.head_dim, pass_=pass_)
+        # Ring (Megatron CP with load-balanced zig-zag chunks): each rank does 1/cp of the work.
+        return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
+                                             head_dim=m.head_dim, pass_=pass_) / split.cp
+
+    def _head_s(self, tokens: int, tp: int, backward: bool) -> float:
+        m = self.model
+        gemm = self._gemm(tokens, m.vocab_size / tp, m.hidden_size)
+        logits = tokens * m.vocab_size / tp * FP32_BYTES * 3 / self.cluster.device.hbm_bytes_per_s
+        return (2.0 if backward else 1.0) * gemm + logits
+
+
+def _elementwise_curves(directory) -> dict[tuple[str, int, str], tuple]:
+    """(op, width, pass) -> (log tokens, log seconds) from elementwise.csv, if the profile has one."""
+    try:
+        frame = read_table(directory, "elementwise")
+    except ProfileError:
+        return {}
+    curves = {}
+    for (op, width, pass_), rows in frame.groupby(["op", "hidden", "pass"]):
+        rows = rows.groupby("num_tokens").time_s.median()
+        curves[(op, int(width), pass_)] = (np.log(rows.index.to_numpy(float)),
+                                           np.log(rows.to_numpy(float)))
+    return curves
+
+
+def _interp(curve: tuple, tokens: int) -> float:
+    """Log-log interpolation; beyond the table, the end segment's throughput (time ~ tokens)."""
+    log_tokens, log_times = curve
+    x = math.log(max(tokens, 1))
+    if x > log_tokens[-1]:
+        return math.exp(log_times[-1] + x - log_tokens[-1])
+    return math.exp(float(np.interp(x, log_tokens, log_times)))

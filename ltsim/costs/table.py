@@ -1,0 +1,68 @@
+"""TableCostModel: durations and bytes for real hardware, from profile tables plus the memory model.
+
+It knows the model shape, the cluster and the profile, and nothing about a plan or a parallel
+layout: every op, buffer and device says what it is (ltsim.plan). Compute: compute.py; comm and
+copies: comm.py; buffers and static memory: buffers.py.
+
+OPT = optimizer step: ~28 bytes per local parameter shard through HBM (Adam over fp32 master
+weights: read param, grad, m, v (16 B), write param, m, v (12 B)); the shard is 1/num_shards of
+the device's parameters from ZeRO stage 1 on.
+
+Memory: ``memory_limit_bytes`` is the device memory less the allocator allowance
+(memory.ALLOCATOR_OVERHEAD: fixed CUDA-context/NCCL bytes, then the fragmentation share), the one
+place the allowance is applied; a plan fits when its tensor peak is below it.
+"""
+
+from __future__ import annotations
+
+import ltsim.memory as mem
+from ltsim.costs.buffers import BufferCosts
+from ltsim.costs.comm import CommCosts
+from ltsim.costs.compute import ComputeCosts
+from ltsim.hardware import ClusterSpec
+from ltsim.model import ModelSpec, training_flops
+from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
+from ltsim.profiles import load_profile
+
+OPT_BYTES_PER_PARAM = 28.0
+
+
+class TableCostModel:
+    """Durations from a profile directory, bytes from the memory model (module docstring)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, *,
+                 overhead: mem.AllocatorOverhead = mem.ALLOCATOR_OVERHEAD) -> None:
+        self.model, self.cluster = model, cluster
+        self.profile = load_profile(cluster.profile_dir).for_run()
+        self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
+                                      / (1 + overhead.fragmentation_fraction))
+        self.host_memory_limit_bytes = int(cluster.host_limit_bytes)
+        self.peak_flops_per_s = cluster.device.peak_flops_per_s
+        self._buffers = BufferCosts(model)
+        self._compute = ComputeCosts(model, cluster, self.profile)
+        self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
+
+    def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
+        return self._compute.time_s(kind, work, part)
+
+    def comm_s(self, comm: Comm) -> float:
+        return self._comm.time_s(comm)
+
+    def optimizer_s(self, device: Device) -> float:
+        params = self._buffers.static_bytes(device).num_parameters
+        shards = device.num_shards if device.zero_stage >= 1 else 1
+        return params / shards * OPT_BYTES_PER_PARAM / self.cluster.device.hbm_bytes_per_s
+
+    def buffer_bytes(self, buffer: Buffer) -> int:
+        return self._buffers.bytes(buffer)
+
+    def static_memory_bytes(self, device: Device) -> int:
+        return int(self._buffers.static_bytes(device).total_bytes)
+
+    def model_flops(self, chunk: Chunk) -> float:
+        """Training FLOPs of the chunk on the whole model, counted once per TP x CP group."""
+        return sum(training_flops(self.model, q_tokens=s.num_tokens, context_tokens=s.start)
+                   for s in chunk.slices)
+
+    def warnings(self) -> list[str]:
+        return self.profile.warnings()

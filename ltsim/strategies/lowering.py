@@ -1,0 +1,329 @@
+"""Lowering passes: a Schedule of compute actions -> a validated Plan.
+
+``lower(schedule, layout)`` runs :data:`DEFAULT_PASSES` in order; a strategy may pass its own list
+(skip one, add ``offload``). Each pass is a small pure function from a :class:`Draft` (programs
+per device and stream) to a new Draft:
+
+- ``compute_ops``: actions -> compute ops carrying their Work and Buffers (Mem resolved);
+- ``add_p2p``: SEND_F after the forward that covers a stage's last layer, SEND_B after the backward
+  that covers its first, and the receivers' dependencies; sends ordered as their producers run;
+- ``add_zero3_gathers``: ZeRO-3 parameter all-gathers on the coll stream, each prefetched one
+  compute op ahead of the op that needs it (a device-local approximation: the gathers of one stage
+  do not wait for the other shards' devices);
+- ``split_cp``: an op whose work is CP-sharded becomes its attention part and the rest ("attn",
+  "dense"); ring CP runs its K/V exchange on the cp stream, started with the attention part, and
+  the rest waits for it (per layer: dense + max(attention, exchange)); Ulysses runs its
+  all-to-alls before attention, exposed. On a lockstep device the exchange is the device's own; on
+  one rank of a CP group it is a collective of the group's ranks (they wait for each other);
+- ``add_dp_reduction``: the gradient reduction over the stage's data-parallel (and CP) shards on
+  the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), then
+  the optimizer step and, with a distributed optimizer, the parameter all-gather;
+- ``offload(kinds, sync)``: forward buffers of those kinds copied to host memory after the forward
+  and back before the chunk's first recompute or backward (ALST's checkpoint offload); not in the
+  default list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ltsim.plan import (WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program, Split,
+                        STREAMS, Work, op_key)
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    schedule: Schedule
+    layout: Layout
+    programs: dict[tuple[int, str], tuple[Op, ...]]
+
+    def ops(self, device: int, stream: str = "compute") -> tuple[Op, ...]:
+        return self.programs.get((device, stream), ())
+
+    def update(self, changes: dict[tuple[int, str], list[Op] | tuple[Op, ...]]) -> "Draft":
+        programs = dict(self.programs)
+        programs.update({k: tuple(v) for k, v in changes.items()})
+        return Draft(self.schedule, self.layout, programs)
+
+
+Pass = Callable[[Draft], Draft]
+
+
+# -- compute ops ----------------------------------------------------------------------------------
+def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
+    chunks = {c.index: c for c in schedule.chunks}
+    programs = {}
+    for device in schedule.devices:
+        ops = []
+        for action in schedule.orders.get(device.index, ()):
+            work = _work(action, chunks[action.chunk].slices, action.chunk, device, layout)
+            ops.append(Op(kind=action.kind, device=device.index, stage=device.stage,
+                          chunk=action.chunk, name=action.name, work=work, keep=action.keep,
+                          deps=action.deps,
+                          allocs=tuple(_buffer(m, action, work, device, layout, chunks)
+                                       for m in action.allocs),
+                          frees=tuple(_buffer(m, action, work, device, layout, chunks)
+                                      for m in action.frees)))
+        programs[(device.index, "compute")] = tuple(ops)
+    return Draft(schedule, layout, programs)
+
+
+def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) -> Work:
+    layers = action.layers or device.layers
+    return Work(chunk=chunk, slices=action.slices or slices, layers=layers,
+                split=action.split or layout.split,
+                embed=device.embed and layers[0] == device.layers[0],
+                head=device.head and action.head and layers[1] == device.layers[1])
+
+
+def _buffer(mem: Mem, action: Action, work: Work, device: Device, layout: Layout, chunks) -> Buffer:
+    if mem.chunk >= 0 and mem.chunk != action.chunk:
+        work = replace(work, chunk=mem.chunk, slices=chunks[mem.chunk].slices)
+    if mem.layers is not None:  # part of the action's layers: embedding / head only at its ends
+        work = replace(work, layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
+                       head=work.head and mem.layers[1] == work.layers[1])
+    if mem.one_layer:  # a full recompute's working set: one layer, plus embedding input and logits
+        first = work.layers[0]
+        work = replace(work, layers=(first, first + 1), embed=device.embed, head=device.head)
+    if mem.kind != "act":  # only activations depend on the keep policy and the embedding / head
+        return Buffer(mem.kind, replace(work, embed=False, head=False), Keep.ALL, mem.host)
+    return Buffer(mem.kind, work, mem.keep or action.keep, mem.host)
+
+
+# -- P2P ------------------------------------------------------------------------------------------
+def add_p2p(draft: Draft) -> Draft:
+    layout, devices = draft.layout, draft.schedule.devices
+    chain = {(d.replica, d.cp_rank, d.stage): d for d in devices}
+    last = max(d.stage for d in devices)
+    changes = {}
+    for device in devices:
+        prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
+        nxt = chain.get((device.replica, device.cp_rank, device.stage + 1))
+        ops = draft.ops(device.index)
+        # A chunk's input arrives before its first op that reads the stage input; its output leaves
+        # after its last op that writes the stage output (several ops when a strategy splits layers).
+        receives, sends = {}, {}
+        for i, op in enumerate(ops):
+            if op.kind in (OpKind.F, OpKind.B) and op.work is not None:
+                enters = op.work.layers[0 if op.kind is OpKind.F else 1] == device.layers[
+                    0 if op.kind is OpKind.F else 1]
+                leaves = op.work.layers[1 if op.kind is OpKind.F else 0] == device.layers[
+                    1 if op.kind is OpKind.F else 0]
+                if enters:
+                    receives.setdefault((op.kind, op.chunk), i)
+                if leaves:
+                    sends[(op.kind, op.chunk)] = i
+        compute, comm = [], list(draft.ops(device.index, "comm"))
+        for i, op in enumerate(ops):
+            peer = (prev if op.kind is OpKind.F else nxt) if op.kind in (OpKind.F, OpKind.B) else None
+            if peer is not None and receives.get((op.kind, op.chunk)) == i:
+                kind = OpKind.SEND_F if op.kind is OpKind.F else OpKind.SEND_B
+                op = replace(op, deps=op.deps + (op_key(peer.index, peer.stage, kind, op.chunk),))
+            compute.append(op)
+            if sends.get((op.kind, op.chunk)) == i:
+                if op.kind is OpKind.F and device.stage < last:
+                    comm.append(_send(op, OpKind.SEND_F, "act", device, nxt, layout))
+                elif op.kind is OpKind.B and device.stage > 0:
+                    comm.append(_send(op, OpKind.SEND_B, "act_grad", device, prev, layout))
+        changes[(device.index, "compute")] = compute
+        changes[(device.index, "comm")] = comm
+    return draft.update(changes)
+
+
+def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device, layout: Layout) -> Op:
+    ends = sorted((layout.gpus_of(device)[0], layout.gpus_of(peer)[0]))
+    work = replace(op.work, layers=device.layers)
+    comm = Comm("send_recv", tensor, work, group_size=2, gpus=(ends[0], ends[1]))
+    return Op(kind=kind, device=device.index, stage=device.stage, chunk=op.chunk, comm=comm,
+              deps=(op.key,), group=(peer.index,))
+
+
+# -- ZeRO-3 ---------------------------------------------------------------------------------------
+def add_zero3_gathers(draft: Draft) -> Draft:
+    changes = {}
+    for device in draft.schedule.devices:
+        if device.zero_stage < 3 or device.num_shards <= 1:
+            continue
+        params = _params_work(device, draft.layout)
+        comm = Comm("all_gather", "params", params, group_size=device.num_shards,
+                    gpus=_shard_gpus(draft, device))
+        compute, coll = [], list(draft.ops(device.index, "coll"))
+        ops = draft.ops(device.index)
+        for i, op in enumerate(ops):
+            if op.kind in WORK_KINDS:
+                name = f"z3-{op.kind.value}" + (f"-{op.name}" if op.name else "")
+                gather = Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
+                            chunk=op.chunk, name=name, comm=comm, group=(device.index,),
+                            deps=(ops[i - 2].key,) if i >= 2 else ())
+                coll.append(gather)
+                op = replace(op, deps=op.deps + (gather.key,))
+            compute.append(op)
+        changes[(device.index, "compute")] = compute
+        changes[(device.index, "coll")] = coll
+    return draft.update(changes)
+
+
+def _params_work(device: Device, layout: Layout) -> Work:
+    return Work(chunk=-1, slices=(), layers=device.layers, split=Split(tp=device.tp),
+                embed=device.embed, head=device.head)
+
+
+def _shard_gpus(draft: Draft, device: Device) -> tuple[int, int]:
+    """GPU ranks spanned by the devices of the same stage (the ZeRO / DP group)."""
+    ranks = [r for d in draft.schedule.devices if d.stage == device.stage
+             for r in draft.layout.gpus_of(d)]
+    return min(ranks), max(ranks)
+
+
+# -- CP -------------------------------------------------------------------------------------------
+def split_cp(draft: Draft) -> Draft:
+    devices = draft.schedule.devices
+    changes = {}
+    for device in devices:
+        compute, cp = [], list(draft.ops(device.index, "cp"))
+        for op in draft.ops(device.index):
+            split = op.work.split if op.work is not None else None
+            if op.kind not in (OpKind.F, OpKind.B, OpKind.R) or split is None or split.cp <= 1:
+                compute.append(op)
+                continue
+            group, gpus = _cp_group(draft, device, split.cp)
+            suffix = f"-{op.name}" if op.name else ""
+            attn = replace(op, name="attn" + suffix, part="attn", frees=())
+            if split.cp_kind == "ulysses":
+                comm = Comm("all_to_all", "qkvo", op.work, group_size=split.cp, gpus=gpus)
+                before = (compute[-1].key,) if compute else ()
+                coll = Op(kind=OpKind.COLL, stream="cp", device=device.index, stage=device.stage,
+                          chunk=op.chunk, name=f"a2a-{op.kind.value}{suffix}", comm=comm,
+                          deps=op.deps + before, group=group)
+                attn = replace(attn, deps=(coll.key,))
+            else:
+                steps = (split.cp - 1) * (2 if op.kind is OpKind.B else 1)
+                comm = Comm("send_recv", "kv", op.work, group_size=2, gpus=gpus, steps=steps)
+                coll = Op(kind=OpKind.COLL, stream="cp", device=device.index, stage=device.stage,
+                          chunk=op.chunk, name=f"cp-{op.kind.value}{suffix}", comm=comm,
+                          start_deps=(attn.key,), group=group)
+            dense = replace(op, part="dense", allocs=(), deps=(coll.key,))
+            compute += [attn, dense]
+            cp.append(coll)
+        changes[(device.index, "compute")] = compute
+        changes[(device.index, "cp")] = cp
+    return draft.update(changes)
+
+
+def _cp_group(draft: Draft, device: Device, cp: int) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """The devices and GPU ranks of a CP-sharded op: the lockstep device itself, or the ranks of
+    the CP group when the device is one rank (they meet in a collective)."""
+    if device.cp_width == cp or device.cp_rank < 0:
+        return (device.index,), draft.layout.gpus_of(device)
+    members = [d for d in draft.schedule.devices if d.replica == device.replica
+               and d.stage == device.stage and d.cp_rank >= 0]
+    ranks = [r for d in members for r in draft.layout.gpus_of(d)]
+    return tuple(d.index for d in members), (min(ranks), max(ranks))
+
+
+# -- DP -------------------------------------------------------------------------------------------
+def add_dp_reduction(draft: Draft) -> Draft:
+    changes = {}
+    devices = draft.schedule.devices
+    for device in devices:
+        group = tuple(d.index for d in devices if d.stage == device.stage)
+        compute = list(draft.ops(device.index))
+        coll = list(draft.ops(device.index, "coll"))
+        params = _params_work(device, draft.layout)
+        gpus = _shard_gpus(draft, device)
+        distributed = device.zero_stage >= 1 and device.num_shards > 1
+        grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce", "grads", params,
+                     group_size=device.num_shards, gpus=gpus)
+        backs = [i for i, op in enumerate(compute) if op.kind is OpKind.B]
+        start = ()
+        if backs:  # the last backward's first part (its attention part when CP split it)
+            i = backs[-1]
+            while i > 0 and compute[i - 1].kind is OpKind.B and compute[i - 1].chunk == compute[i].chunk:
+                i -= 1
+            start = (compute[i].key,)
+        after = (compute[-1].key,) if compute and not start else ()  # no backward: after the last op
+        reduce = Op(kind=OpKind.COLL, device=device.index, stage=device.stage, name="dp-grad",
+                    comm=grads, group=group, start_deps=start, deps=after)
+        step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduce.key,))
+        coll.append(reduce)
+        if distributed:
+            coll.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
+                           name="dp-params", group=group, deps=(step.key,),
+                           comm=Comm("all_gather", "params", params,
+                                     group_size=device.num_shards, gpus=gpus)))
+        changes[(device.index, "compute")] = compute + [step]
+        changes[(device.index, "coll")] = coll
+    return draft.update(changes)
+
+
+# -- host offload ---------------------------------------------------------------------------------
+def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
+    """A pass copying forward buffers of ``kinds`` to host memory after the forward and back before
+    the chunk's first recompute or backward (the copy back is prefetched: it may start once the
+    op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
+    reference code copies synchronously); otherwise only the consumer waits for the copy back."""
+
+    def run(draft: Draft) -> Draft:
+        changes = {}
+        for device in draft.schedule.devices:
+            compute = list(draft.ops(device.index))
+            copies = list(draft.ops(device.index, "copy"))
+            for buf in [b for op in compute if op.kind is OpKind.F for b in op.allocs
+                        if b.kind in kinds and not b.host]:
+                producer = next(i for i, op in enumerate(compute) if buf in op.allocs)
+                consumer = next((i for i, op in enumerate(compute) if i > producer
+                                 and op.chunk == buf.work.chunk and op.kind in (OpKind.R, OpKind.B)),
+                                None)
+                if consumer is None:
+                    continue
+                host = replace(buf, host=True)
+                tag = f"{buf.kind}-L{buf.work.layers[0]}"
+                out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
+                         chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
+                         comm=Comm("d2h", buf.kind, buf.work), frees=(buf,), allocs=(host,))
+                back = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
+                          chunk=buf.work.chunk, name=f"h2d-{tag}", allocs=(buf,), frees=(host,),
+                          comm=Comm("h2d", buf.kind, buf.work),
+                          deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
+                copies += [out, back]
+                compute[consumer] = replace(compute[consumer], deps=compute[consumer].deps + (back.key,))
+                if sync and producer + 1 < len(compute):
+                    nxt = compute[producer + 1]
+                    compute[producer + 1] = replace(nxt, deps=nxt.deps + (out.key,))
+            changes[(device.index, "compute")] = compute
+            changes[(device.index, "copy")] = _ordered_copies(copies, compute)
+        return draft.update(changes)
+
+    return run
+
+
+def _ordered_copies(copies: list[Op], compute: list[Op]) -> list[Op]:
+    """Copies in the order their triggers run on the compute stream (so the stream cannot stall
+    on a copy whose trigger comes later)."""
+    position = {op.key: i for i, op in enumerate(compute)}
+
+    def trigger(op: Op) -> float:
+        return max((position.get(d, -1) for d in op.deps), default=-1) + (0.5 if "h2d" in op.name else 0)
+
+    return sorted(copies, key=trigger)
+
+
+DEFAULT_PASSES: tuple[Pass, ...] = (add_p2p, add_zero3_gathers, split_cp, add_dp_reduction)
+
+
+def lower(schedule: Schedule, layout: Layout, passes: tuple[Pass, ...] = DEFAULT_PASSES) -> Plan:
+    """Run the passes and assemble the Plan (validated, cycle search left to the engine)."""
+    draft = compute_ops(schedule, layout)
+    for lowering_pass in passes:
+        draft = lowering_pass(draft)
+    programs = tuple(Program(device, stream, ops) for (device, stream), ops
+                     in sorted(draft.programs.items(), key=lambda kv: (kv[0][0], STREAMS.index(kv[0][1])))
+                     if ops or stream in ("compute", "comm", "coll"))
+    plan = Plan(strategy=schedule.strategy, options=schedule.options,
+                seq_lengths=schedule.seq_lengths, chunks=schedule.chunks, programs=programs,
+                devices=schedule.devices, grad_chunks=schedule.grad_chunks, notes=schedule.notes)
+    # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
+    # the grid); the conformance suite runs the full validate() on every registered strategy.
+    return plan.validate(check_cycles=False)

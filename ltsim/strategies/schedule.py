@@ -1,0 +1,142 @@
+"""What a strategy hands to the lowering passes: a Schedule of per-device compute Actions.
+
+A strategy decides the chunks, the devices, and *what each device computes in which order*; the
+passes in lowering.py add everything every schedule shares (P2P, CP traffic, ZeRO gathers, the DP
+reduction, host offload, the optimizer step). The types here are that contract:
+
+- :class:`Layout`: the lockstep devices of a (tp, cp, pp, dp) grid in Megatron-LM's rank order
+  (tp fastest, then cp, then dp, then pp), their layer ranges and global GPU ranks;
+- :class:`Action`: one compute step (F, B, W, R) of a chunk on a device, with what the forward keeps,
+  its buffer effects (:class:`Mem`, resolved against the device by the lowering) and extra
+  dependencies; optional layer sub-range, slice subset and split for strategies that need them;
+- :class:`Schedule`: the chunks, devices and orders of one global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ltsim.errors import ConfigError
+from ltsim.parallel import ParallelConfig
+from ltsim.plan import Chunk, Device, Keep, OpKey, OpKind, Slice, Split
+
+_KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
+
+
+def keep_policy(recompute: str) -> Keep:
+    """Megatron-LM's recompute setting as what a kept forward keeps."""
+    return _KEEP[recompute]
+
+
+@dataclass(frozen=True, slots=True)
+class Mem:
+    """A buffer effect of an action: a buffer of ``kind`` holding the action's work (or, with
+    ``chunk`` >= 0, that chunk's work on the same device and layers; with ``layers``, that part of
+    the action's layer range). ``keep`` (activations only) defaults to the action's; ``one_layer``:
+    the working set of one layer while a full recompute rebuilds layer by layer (with the stage's
+    embedding input and logits); ``host``: in host memory."""
+
+    kind: str
+    chunk: int = -1
+    keep: Keep | None = None
+    one_layer: bool = False
+    host: bool = False
+    layers: tuple[int, int] | None = None
+
+
+def mems(*kinds: str) -> tuple[Mem, ...]:
+    return tuple(Mem(k) for k in kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One compute step of a device. ``layers``/``slices``/``split`` default to the device's layer
+    range, the chunk's slices and the layout's split; ``head`` False drops the LM head from a
+    last-stage op (a full recompute does not rebuild the logits); ``name`` tells apart several ops
+    of one kind and chunk on a device."""
+
+    kind: OpKind
+    chunk: int
+    keep: Keep
+    allocs: tuple[Mem, ...] = ()
+    frees: tuple[Mem, ...] = ()
+    deps: tuple[OpKey, ...] = ()
+    layers: tuple[int, int] | None = None
+    slices: tuple[Slice, ...] | None = None
+    split: Split | None = None
+    head: bool = True
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """Chunks, devices and per-device compute orders of one global batch."""
+
+    strategy: str
+    options: dict[str, Any]
+    seq_lengths: tuple[int, ...]
+    chunks: tuple[Chunk, ...]
+    devices: tuple[Device, ...]
+    orders: dict[int, list[Action]]
+    grad_chunks: frozenset[int] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
+    """Layers split as evenly as possible; earlier stages take the remainder (Megatron's uneven PP
+    gives the first and last stage fewer layers instead; this is the simple even rule)."""
+    if num_stages > num_layers:
+        raise ConfigError("parallel.pp", f"at most the model's {num_layers} layers", num_stages,
+                          "use fewer pipeline stages")
+    base, extra = divmod(num_layers, num_stages)
+    out, first = [], 0
+    for stage in range(num_stages):
+        stop = first + base + (1 if stage < extra else 0)
+        out.append((first, stop))
+        first = stop
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Lockstep devices of a parallel grid: device = (dp replica, pp stage), its tp x cp GPUs
+    represented once (Megatron, ChunkFlow). Global GPU rank = tp_rank + tp (cp_rank + cp (replica
+    + dp stage)), Megatron-LM's default order."""
+
+    parallel: ParallelConfig
+    stage_layers: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, parallel: ParallelConfig, num_layers: int) -> "Layout":
+        return cls(parallel, even_stage_layers(num_layers, parallel.pp))
+
+    @property
+    def split(self) -> Split:
+        par = self.parallel
+        return Split(tp=par.tp, cp=par.cp, cp_kind=par.cp_kind, sp=par.sequence_parallel)
+
+    def device(self, replica: int, stage: int) -> int:
+        return self.parallel.sim_device(dp_rank=replica, stage=stage)
+
+    def first_gpu(self, replica: int, stage: int) -> int:
+        par = self.parallel
+        return par.tp * par.cp * (replica + par.dp * stage)
+
+    def devices(self) -> tuple[Device, ...]:
+        par = self.parallel
+        out = []
+        for index in range(par.num_sim_devices):
+            stage = par.stage_of(index)
+            out.append(Device(index=index, stage=stage, replica=par.dp_rank_of(index),
+                              layers=self.stage_layers[stage], embed=stage == 0,
+                              head=stage == par.pp - 1, tp=par.tp, cp_width=par.cp,
+                              zero_stage=par.zero_stage, num_shards=par.dp * par.cp))
+        return tuple(out)
+
+    def gpus_of(self, device: Device) -> tuple[int, int]:
+        """Lowest and highest GPU rank of a device (its tp x cp group)."""
+        first = self.first_gpu(device.replica, device.stage)
+        if device.cp_rank >= 0:  # one rank of a CP group
+            first += self.parallel.tp * device.cp_rank
+        return first, first + self.parallel.tp * device.cp_width - 1

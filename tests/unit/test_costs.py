@@ -1,0 +1,103 @@
+"""TableCostModel: op-local queries, monotone in tokens and context, consistent buffers, static
+memory from the device alone, per-run warnings, errors for bad profiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from ltsim.cli import main
+from ltsim.costs.table import TableCostModel
+from ltsim.errors import ProfileError
+from ltsim.hardware import ClusterSpec, get_device
+from ltsim.model import get_model
+from ltsim.plan import Buffer, Comm, Device, Keep, OpKind, Slice, Split, Work
+
+CONFIGS = [("qwen2.5-7b", "h100-sxm5-80gb", Split(tp=4)),
+           ("qwen2.5-14b", "a100-sxm4-80gb", Split(tp=8, cp=2)),
+           ("llama-3.1-8b", "h200", Split(tp=2, cp=4, cp_kind="ulysses")),
+           ("gpt-13b", "h100-sxm5-80gb", Split(tp=4))]
+
+
+def _model(name, device):
+    cluster = ClusterSpec(device=get_device(device), num_nodes=4, gpus_per_node=8)
+    return TableCostModel(get_model(name), cluster)
+
+
+def _work(tokens, split, layers=(0, 4), context=0, head=False):
+    return Work(chunk=0, slices=(Slice(0, context, context + tokens),), layers=layers, split=split,
+                head=head)
+
+
+@pytest.mark.parametrize("name,device,split", CONFIGS)
+@pytest.mark.parametrize("kind", [OpKind.F, OpKind.B, OpKind.R])
+def test_more_tokens_never_cost_less(name, device, split, kind):
+    cost = _model(name, device)
+    previous = 0.0
+    for tokens in (1, 7, 64, 500, 2048, 8192, 32768, 131072, 262144):
+        value = cost.compute_s(kind, _work(tokens, split, head=True))
+        assert value >= previous, (tokens, value, previous)
+        previous = value
+
+
+@pytest.mark.parametrize("name,device,split", CONFIGS)
+def test_context_costs_more_and_backward_costs_more(name, device, split):
+    cost = _model(name, device)
+    fresh, later = _work(8192, split), _work(8192, split, context=65536)
+    assert cost.compute_s(OpKind.F, later) > cost.compute_s(OpKind.F, fresh)
+    assert cost.compute_s(OpKind.B, fresh) > 1.5 * cost.compute_s(OpKind.F, fresh)
+
+
+def test_a_slice_with_context_and_a_layer_range_is_priced_without_a_plan():
+    """Capability (e): the planner's query face. Parts add up; layers scale it linearly."""
+    cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
+    split = Split(tp=4, cp=2)
+    two = _work(4096, split, layers=(0, 2), context=28672)
+    six = _work(4096, split, layers=(0, 6), context=28672)
+    whole = cost.compute_s(OpKind.F, two)
+    assert whole == pytest.approx(cost.compute_s(OpKind.F, two, part="attn")
+                                  + cost.compute_s(OpKind.F, two, part="dense"))
+    assert cost.compute_s(OpKind.F, six) == pytest.approx(3 * whole)
+    ring = Comm("send_recv", "kv", two, group_size=2, gpus=(0, 7), steps=1)
+    assert cost.comm_s(ring) > 0
+    assert cost.buffer_bytes(Buffer("act", six)) == pytest.approx(
+        3 * cost.buffer_bytes(Buffer("act", two)), rel=1e-6)
+
+
+def test_buffers_scale_with_tokens_and_kv_is_smaller_than_activations():
+    cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
+    small, big = _work(1000, Split(tp=4)), _work(4000, Split(tp=4))
+    for kind in ("act", "ckpt", "input", "kv", "kv_grad"):
+        a, b = cost.buffer_bytes(Buffer(kind, small)), cost.buffer_bytes(Buffer(kind, big))
+        assert b == pytest.approx(4 * a, rel=1e-3)
+    assert cost.buffer_bytes(Buffer("kv", big)) < cost.buffer_bytes(Buffer("act", big)) / 10
+    assert (cost.buffer_bytes(Buffer("act", big, Keep.SELECTIVE))
+            <= cost.buffer_bytes(Buffer("act", big, Keep.ALL)))
+
+
+def test_zero_shards_static_memory_and_limit_leaves_allocator_allowance():
+    cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
+
+    def device(shards):
+        return Device(index=0, stage=0, replica=0, layers=(0, 28), embed=True, head=True, tp=4,
+                      zero_stage=1, num_shards=shards)
+
+    assert cost.static_memory_bytes(device(8)) < 0.5 * cost.static_memory_bytes(device(1))
+    assert cost.memory_limit_bytes < 80 * 2**30 - 2**30
+
+
+def test_warnings_belong_to_one_run():
+    """A run reports only its own out-of-range lookups, not an earlier run's."""
+    first, second = _model("qwen2.5-7b", "h100-sxm5-80gb"), _model("qwen2.5-7b", "h100-sxm5-80gb")
+    first.compute_s(OpKind.F, _work(1_200_000, Split()))
+    assert first.warnings()
+    second.compute_s(OpKind.F, _work(4096, Split()))
+    assert second.warnings() == []
+
+
+def test_unknown_profile_is_a_clear_error(tmp_path, capsys, repo):
+    with pytest.raises(ProfileError, match="unknown profile 'no-such-gpu'"):
+        TableCostModel(get_model("qwen2.5-7b"),
+                       ClusterSpec(device=get_device("h100-sxm5-80gb"), profile="no-such-gpu"))
+    scenario = repo / "scenarios" / "quickstart.toml"
+    assert main(["simulate", str(scenario), "--set", 'hardware.profile="no-such-gpu"']) == 2
+    assert "unknown profile 'no-such-gpu'" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+"""The plan IR's capabilities, each on a toy plan built with the strategy toolkit and the lowering
+passes: (a) ranks of one CP group doing different work, (b) host offload on the copy stream,
+(c) layer-range checkpointing, (d) gradients for some chunks only. (e), a cost query with no plan,
+is in test_costs.py; CP and DP traffic as their own comm-stream ops at the end of this file."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ltsim.costs import UnitCostModel
+from ltsim.costs.table import TableCostModel
+from ltsim.errors import PlanError
+from ltsim.hardware import ClusterSpec, get_device
+from ltsim.model import get_model
+from ltsim.parallel import ParallelConfig
+from ltsim.plan import Chunk, Device, Keep, OpKind, Slice, Split, op_key
+from ltsim.sim.engine import Engine
+from ltsim.strategies.lowering import DEFAULT_PASSES, lower, offload
+from ltsim.strategies.pipeline import interleave_1f1b, kept_actions, one_f_one_b
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, mems
+
+TINY = get_model("llama-tiny")
+
+
+def _schedule(layout, chunks, orders, **kw):
+    lengths = {}
+    for chunk in chunks:
+        for s in chunk.slices:
+            lengths[s.seq] = max(lengths.get(s.seq, 0), s.stop)
+    return Schedule(strategy="toy", options={}, seq_lengths=tuple(lengths[i] for i in sorted(lengths)),
+                    chunks=tuple(chunks), devices=kw.pop("devices", layout.devices()), orders=orders,
+                    **kw)
+
+
+def _events(trace, device, stream=None):
+    return [e for e in trace.events if e.device == device and (stream is None or e.stream == stream)]
+
+
+# (a) -------------------------------------------------------------------------------------------
+def test_ranks_of_one_cp_group_do_different_local_work_and_share_a_sharded_sequence():
+    """Rank 0 holds sequence 0 whole (6 tokens), rank 1 sequence 1 (2 tokens); sequence 2 (8 tokens)
+    is sharded over both. Unit costs: each rank forwards its local sequence, then its half of the
+    shared one, which needs the other rank (a CP collective of the two devices)."""
+    layout = Layout.of(ParallelConfig(cp=2, zero_stage=0), TINY.num_layers)
+    chunk = Chunk(0, (Slice(0, 0, 6), Slice(1, 0, 2), Slice(2, 0, 8)))
+    devices = tuple(Device(index=r, stage=0, replica=0, layers=(0, TINY.num_layers), embed=True,
+                           head=True, cp_width=1, cp_rank=r, zero_stage=0, num_shards=2)
+                    for r in range(2))
+    whole, shared = Split(), Split(cp=2)
+
+    def rank_actions(local):
+        return [Action(OpKind.F, 0, Keep.ALL, allocs=mems("act"), slices=(local,), split=whole,
+                       name="local"),
+                Action(OpKind.F, 0, Keep.ALL, allocs=mems("act"), slices=chunk.slices[2:],
+                       split=shared, name="shared"),
+                Action(OpKind.B, 0, Keep.ALL, frees=mems("act"), slices=chunk.slices[2:],
+                       split=shared, name="shared"),
+                Action(OpKind.B, 0, Keep.ALL, frees=mems("act"), slices=(local,), split=whole,
+                       name="local")]
+
+    plan = lower(_schedule(layout, [chunk], {0: rank_actions(chunk.slices[0]),
+                                             1: rank_actions(chunk.slices[1])}, devices=devices),
+                 layout).validate()
+    trace = Engine(UnitCostModel()).run(plan)
+    assert trace.peak_memory_bytes() == [6 + 4, 2 + 4]  # per-rank memory: local + its shard
+    cp_starts = {e.device: e.start_s for e in trace.events if e.token == "s0COLL0[cp-F-shared]"}
+    assert cp_starts == {0: 6.0, 1: 6.0}  # rank 1 (done at t=2) waits for rank 0 at the exchange
+    assert plan.program(0, "cp").ops[0].group == (0, 1)
+    # every token forwarded and backwarded once: dropping rank 1's shard breaks coverage
+    broken = dataclasses.replace(plan, programs=tuple(
+        dataclasses.replace(p, ops=tuple(o for o in p.ops if not (o.device == 1 and o.kind is OpKind.F
+                                                                   and "shared" in o.name)))
+        for p in plan.programs))
+    with pytest.raises(PlanError, match="chunk 0 has 48 of 64 token-layers of F"):
+        broken.validate(check_cycles=False)
+
+
+# (b) -------------------------------------------------------------------------------------------
+def _full_recompute_plan(passes):
+    """Four chunks forwarded with full recompute (layer inputs kept), then backwarded last-first."""
+    layout = Layout.of(ParallelConfig(pp=1, recompute="full", zero_stage=0), TINY.num_layers)
+    chunks = [Chunk(i, (Slice(i, 0, 2048),)) for i in range(4)]
+    pairs = [kept_actions(c.index, Keep.INPUT) for c in chunks]
+    orders = {0: [a for f, _ in pairs for a in f] + [a for _, b in reversed(pairs) for a in b]}
+    return lower(_schedule(layout, chunks, orders), layout, passes)
+
+
+def test_host_offload_runs_on_the_copy_stream_beside_compute_with_host_memory_apart():
+    cost = TableCostModel(TINY, ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=1))
+    plain = Engine(cost).run(_full_recompute_plan(DEFAULT_PASSES))
+    plan = _full_recompute_plan(DEFAULT_PASSES + (offload(("ckpt",)),)).validate()
+    trace = Engine(cost).run(plan)
+    copies = _events(trace, 0, "copy")
+    assert [e.token for e in copies[:2]] == ["s0COPY0[d2h-ckpt-L0]", "s0COPY1[d2h-ckpt-L0]"]
+    events = {e.token: e for e in trace.events}
+    first_copy, f1 = events["s0COPY0[d2h-ckpt-L0]"], events["s0F1"]
+    assert first_copy.start_s == f1.start_s and first_copy.end_s > first_copy.start_s  # side by side
+    r3 = events["s0R3"]  # the last chunk's inputs come straight back: its recompute waits for them
+    assert r3.start_s >= events["s0COPY3[h2d-ckpt-L0]"].end_s
+    ckpt = cost.buffer_bytes(plan.program(0).ops[0].allocs[0])
+    assert max(trace.peak_host_memory_bytes()) == 4 * ckpt  # every chunk's layer inputs on the host
+    assert [lvl for *_, lvl in trace.host_memory][-1] == 0
+    assert trace.peak_memory_bytes()[0] < plain.peak_memory_bytes()[0]
+
+
+# (c) -------------------------------------------------------------------------------------------
+def test_a_forward_checkpoints_some_layers_on_one_stage_and_none_on_another():
+    """Stage 0 (layers 0-1) checkpoints layer 0 only: its forward is two ops, a recompute rebuilds
+    layer 0 before the backward. Stage 1 keeps everything. Priced and stored accordingly."""
+    layout = Layout.of(ParallelConfig(pp=2, zero_stage=0), TINY.num_layers)  # 2 layers per stage
+    first, mid = layout.stage_layers[0]
+    low, high = (first, first + 1), (first + 1, mid)
+    chunk = Chunk(0, (Slice(0, 0, 1024),))
+    stage0 = [Action(OpKind.F, 0, Keep.INPUT, allocs=mems("ckpt"), layers=low, name="L0"),
+              Action(OpKind.F, 0, Keep.ALL, allocs=mems("act"), layers=high, name="L1"),
+              Action(OpKind.R, 0, Keep.ALL, allocs=mems("act"), frees=mems("ckpt"), layers=low),
+              Action(OpKind.B, 0, Keep.ALL, frees=(Mem("act", layers=low), Mem("act", layers=high)))]
+    orders = {0: stage0, 1: one_f_one_b([0], 1, 2, Keep.ALL)}
+    plan = lower(_schedule(layout, [chunk], orders), layout).validate()
+    ops = {op.token: op for op in plan.ops()}
+    cost = TableCostModel(TINY, ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2))
+    whole = dataclasses.replace(ops["s0F0[L0]"].work, layers=(first, mid))
+    assert (cost.compute_s(OpKind.F, ops["s0F0[L0]"].work) + cost.compute_s(OpKind.F, ops["s0F0[L1]"].work)
+            == pytest.approx(cost.compute_s(OpKind.F, whole)))
+    assert ops["s0R0"].work.num_layers == 1 and ops["s1F0"].work.num_layers == 2
+    ckpt, act = ops["s0F0[L0]"].allocs[0], ops["s0F0[L1]"].allocs[0]
+    assert (ckpt.kind, ckpt.work.num_layers, act.kind, act.work.num_layers) == ("ckpt", 1, "act", 1)
+    assert op_key(0, 0, OpKind.SEND_F, 0) in ops["s1F0"].deps
+    assert ops["s0SEND_F0"].deps == (ops["s0F0[L1]"].key,)  # after the op covering the last layer
+    trace = Engine(cost).run(plan)
+    r = next(e for e in trace.events if e.token == "s0R0")
+    assert r.end_s - r.start_s == pytest.approx(cost.compute_s(OpKind.R, ops["s0R0"].work))
+    # stored accordingly: stage 0 holds one layer's checkpoint and one layer's activations
+    static = trace.static_bytes
+    stage1_act = cost.buffer_bytes(ops["s1F0"].allocs[0])
+    assert trace.peak_memory_bytes()[1] - static[1] == stage1_act
+    assert (trace.peak_memory_bytes()[0] - static[0]
+            == max(cost.buffer_bytes(ckpt) + cost.buffer_bytes(act),
+                   cost.buffer_bytes(act) + cost.buffer_bytes(ops["s0R0"].allocs[0])
+                   + cost.buffer_bytes(ckpt)))
+
+
+# (d) -------------------------------------------------------------------------------------------
+def test_only_some_chunks_get_a_backward():
+    layout = Layout.of(ParallelConfig(pp=2, zero_stage=0), TINY.num_layers)
+    chunks = [Chunk(i, (Slice(i, 0, 4),)) for i in range(3)]
+
+    def stage_order(stage):
+        fwd, bwd = [], []
+        for c in (0, 1, 2):
+            if c == 1:  # no gradient: a no-grad forward that keeps nothing
+                fwd.append([Action(OpKind.F, c, Keep.NOTHING)])
+                continue
+            f, b = kept_actions(c, Keep.ALL)
+            fwd.append(f)
+            bwd.append(b)
+        return interleave_1f1b(fwd, bwd, stage, 2)
+
+    orders = {d: stage_order(d) for d in (0, 1)}
+    plan = lower(_schedule(layout, chunks, orders, grad_chunks=frozenset({0, 2})), layout).validate()
+    assert not plan.gets_grad(1) and "s1SEND_B1" not in plan.grid()
+    trace = Engine(UnitCostModel()).run(plan)
+    # unit costs (F 4 s, B 8 s); chunk 1 does not count as in flight, so stage 0 runs F0 F1 F2 B0
+    # B2 and stage 1 F0 B0 F1 F2 B2: s1B0 8-16, s1F1 16-20, s1F2 20-24, s1B2 24-32, s0B2 32-40
+    assert plan.program(0).tokens.startswith("s0F0 s0F1 s0F2 s0B0 s0B2")
+    assert trace.makespan_s == 40
+    with pytest.raises(PlanError, match="each chunk needs exactly one per stage"):
+        lower(_schedule(layout, chunks, orders), layout)  # without grad_chunks chunk 1 lacks a B
+
+
+# CP and DP as comm-stream ops ------------------------------------------------------------------
+def test_ring_cp_exchange_and_dp_reduction_are_ops_that_overlap_in_the_engine():
+    layout = Layout.of(ParallelConfig(tp=2, cp=2, dp=2, zero_stage=1), TINY.num_layers)
+    chunks = [Chunk(i, (Slice(i, 0, 8192),), replica=i % 2) for i in range(4)]
+    orders = {layout.device(r, 0): one_f_one_b([c.index for c in chunks if c.replica == r], 0, 1,
+                                               Keep.SELECTIVE) for r in (0, 1)}
+    plan = lower(_schedule(layout, chunks, orders), layout).validate()
+    cluster = ClusterSpec(device=get_device("h100-sxm5-80gb"), num_nodes=1, gpus_per_node=8)
+    trace = Engine(TableCostModel(dataclasses.replace(TINY, dtype="bf16"), cluster)).run(plan)
+    events = {e.token: e for e in _events(trace, 0)}
+    attn, ring, dense = events["s0F0[attn]"], events["s0COLL0[cp-F]"], events["s0F0"]
+    assert ring.stream == "cp" and ring.start_s == attn.start_s  # the exchange starts with attention
+    assert dense.start_s == pytest.approx(max(attn.end_s, ring.end_s))
+    reduce, last_b = events["s0COLL[dp-grad]"], events["s0B2[attn]"]
+    assert reduce.stream == "coll" and reduce.start_s == pytest.approx(last_b.start_s)
+    assert events["s0OPT"].start_s >= max(reduce.end_s, events["s0B2"].end_s)
+    assert events["s0COLL[dp-params]"].start_s >= events["s0OPT"].end_s
