@@ -190,7 +190,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot and len(keys) >= 2:
         import pandas as pd
 
-        from ltsim.viz import plot_heatmap
+        from ltsim.viz_sweep import plot_heatmap
 
         frame = pd.DataFrame([r for r in rows if "error" not in r])
         plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",

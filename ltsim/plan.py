@@ -43,6 +43,9 @@ class OpKind(str, Enum):
     COPY = "COPY"  # host <-> device copy (activation offload)
     OPT = "OPT"  # optimizer step
 
+    # Enum's own __hash__ is Python code; op keys hold a kind and are hashed on every lookup
+    __hash__ = str.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class KindInfo:
@@ -66,6 +69,7 @@ KINDS: dict[OpKind, KindInfo] = {
     OpKind.COPY: KindInfo("copy", busy=False, work=False, executor=False),
     OpKind.OPT: KindInfo("compute", busy=True, work=False, executor=True),
 }
+_KIND_TEXT = {k: k.value for k in OpKind}  # Enum.value is a descriptor call; tokens are hot
 WORK_KINDS = frozenset(k for k, info in KINDS.items() if info.work)
 BUSY_KINDS = frozenset(k for k, info in KINDS.items() if info.busy)
 PARTS = ("", "attn", "dense")  # whole layer stack; its attention kernels; all but attention
@@ -81,6 +85,8 @@ class Keep(str, Enum):
     INPUT = "input"  # each layer's input only: recomputed before backward (recompute "full")
     KV = "kv"  # no autograd: only the K/V that later chunks of the sequence attend to
     NOTHING = "nothing"  # no autograd, nothing kept (no gradient follows)
+
+    __hash__ = str.__hash__  # as OpKind's
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +142,7 @@ class Split:
     sp: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=True)
 class Work:
     """What a compute op (or a buffer, or a comm op's tensor) covers: the slices of one chunk on a
     layer range, split as ``split`` says; ``embed``/``head``: it includes the embedding / the LM
@@ -149,6 +155,16 @@ class Work:
     split: Split = Split()
     embed: bool = False
     head: bool = False
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Works key the cost caches and the buffer checks; hashing the nested slices on every
+        # lookup dominated the replay, so the hash is computed once
+        value = self._hash
+        if not value:
+            value = hash((self.chunk, self.slices, self.layers, self.split, self.embed, self.head)) or 1
+            object.__setattr__(self, "_hash", value)
+        return value
 
     @property
     def num_tokens(self) -> int:
@@ -176,6 +192,14 @@ class Buffer:
     work: Work
     keep: Keep = Keep.ALL
     host: bool = False
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:  # computed once, as Work's
+        value = self._hash
+        if not value:
+            value = hash((self.kind, self.work, self.keep, self.host)) or 1
+            object.__setattr__(self, "_hash", value)
+        return value
 
     @property
     def name(self) -> str:
@@ -214,7 +238,7 @@ class OpKey(NamedTuple):
 
     @property
     def token(self) -> str:
-        text = f"s{self.stage}{self.kind.value}"
+        text = f"s{self.stage}{_KIND_TEXT[self.kind]}"
         if self.chunk >= 0:
             text += str(self.chunk)
         return text + f"[{self.name}]" if self.name else text
@@ -228,17 +252,7 @@ def op_key(device: int, stage: int, kind: OpKind, chunk: int = -1, name: str = "
     return OpKey(device, stage, kind, chunk, name)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Op:
-    """One step of one device stream.
-
-    ``deps``: ops that must finish before this one starts; ``start_deps``: ops that must have
-    started (a collective that overlaps a compute op starts with it). Ops of one stream also run
-    in program order. ``allocs`` are charged when the op starts, ``frees`` released when it ends.
-    ``group`` lists the member devices of a COLL (all must arrive before it starts) or the peer of a
-    SEND. Compute ops carry ``work`` (and ``keep``, ``part``); comm ops carry ``comm``.
-    """
-
+class _OpFields(NamedTuple):
     kind: OpKind
     device: int
     stage: int
@@ -254,18 +268,47 @@ class Op:
     allocs: tuple[Buffer, ...] = ()
     frees: tuple[Buffer, ...] = ()
     group: tuple[int, ...] = ()
+    key: OpKey | None = None  # derived: always recomputed from the fields above
 
-    def __post_init__(self) -> None:
-        if not self.stream:
-            object.__setattr__(self, "stream", KINDS[self.kind].stream)
 
-    @property
-    def key(self) -> OpKey:
-        return OpKey(self.device, self.stage, self.kind, self.chunk, self.name)
+class Op(_OpFields):
+    """One step of one device stream.
+
+    ``deps``: ops that must finish before this one starts; ``start_deps``: ops that must have
+    started (a collective that overlaps a compute op starts with it). Ops of one stream also run
+    in program order. ``allocs`` are charged when the op starts, ``frees`` released when it ends.
+    ``group`` lists the member devices of a COLL (all must arrive before it starts) or the peer of a
+    SEND. Compute ops carry ``work`` (and ``keep``, ``part``); comm ops carry ``comm``.
+
+    An immutable named tuple rather than a frozen dataclass (STYLE.md's default for values): a plan
+    holds 10^4 ops and the lowering builds each once or twice, and a tuple is built five times
+    faster (validation/perf/README.md). Build it with keywords; ``key`` is derived.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, kind: OpKind, device: int, stage: int, chunk: int = -1, name: str = "",
+                stream: str = "", work: Work | None = None, keep: Keep = Keep.ALL, part: str = "",
+                comm: Comm | None = None, deps: tuple = (), start_deps: tuple = (),
+                allocs: tuple = (), frees: tuple = (), group: tuple = (), key: object = None) -> "Op":
+        return _tuple_new(cls, (kind, device, stage, chunk, name, stream or KINDS[kind].stream, work,
+                                keep, part, comm, deps, start_deps, allocs, frees, group,
+                                OpKey(device, stage, kind, chunk, name)))
 
     @property
     def token(self) -> str:
         return self.key.token
+
+    def evolve(self, **changes: Any) -> "Op":
+        """A copy with ``changes`` (the key follows)."""
+        return Op(**{**self._asdict(), **changes})
+
+    def with_deps(self, extra: tuple[OpKey, ...]) -> "Op":
+        """A copy that also waits for ``extra`` (the passes' most common change)."""
+        return _tuple_new(Op, (*self[:10], self.deps + extra, *self[11:]))
+
+
+_tuple_new = tuple.__new__
 
 
 def parse_token(token: str) -> tuple[int, OpKind, int, str]:
@@ -330,7 +373,6 @@ class Plan:
     programs: tuple[Program, ...]
     devices: tuple[Device, ...]
     grad_chunks: frozenset[int] | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def num_devices(self) -> int:

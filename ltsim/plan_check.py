@@ -51,15 +51,26 @@ def _check_coverage(plan: Plan):
     """Every chunk is forwarded once per stage and, if it gets gradients, backwarded once: the ops'
     token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward."""
-    covered: Counter = Counter()
+    covered: dict = {}
     first_key: dict = {}
-    for op in plan.ops():
-        if op.kind in (OpKind.F, OpKind.B) and op.part in _COVERED_PARTS:
-            work = op.work
-            share = plan.devices[op.device].cp_width / work.split.cp
-            index = (op.kind, op.stage, op.chunk)
-            covered[index] += work.num_tokens * work.num_layers * share
-            first_key.setdefault(index, op.key)
+    width = {d.index: d.cp_width for d in plan.devices}
+    weight: dict = {}  # per Work object: F and B of a chunk share one
+    F, B = OpKind.F, OpKind.B
+    for program in plan.programs:
+        if program.stream != "compute":
+            continue
+        for op in program.ops:
+            if (op.kind is F or op.kind is B) and op.part in _COVERED_PARTS:
+                work = op.work
+                share = weight.get(id(work))
+                if share is None:
+                    share = weight[id(work)] = work.num_tokens * work.num_layers / work.split.cp
+                index = (op.kind, op.stage, op.chunk)
+                if index in covered:
+                    covered[index] += share * width[op.device]
+                else:
+                    covered[index] = share * width[op.device]
+                    first_key[index] = op.key
     layers = plan.stage_layers
     for chunk in plan.chunks:
         for stage in range(plan.num_stages):
@@ -67,9 +78,10 @@ def _check_coverage(plan: Plan):
             for kind in (OpKind.F, OpKind.B):
                 index = (kind, stage, chunk.index)
                 want = need if kind is OpKind.F or plan.gets_grad(chunk.index) else 0
-                if abs(covered[index] - want) > 1e-6 * max(want, 1):
+                got = covered.get(index, 0)
+                if abs(got - want) > 1e-6 * max(want, 1):
                     what = "no backward (it gets no gradient)" if not want else "exactly one per stage"
-                    return (f"chunk {chunk.index} has {covered[index]:g} of {want} token-layers of "
+                    return (f"chunk {chunk.index} has {got:g} of {want} token-layers of "
                             f"{kind.value} on stage {stage} (each chunk needs {what})",
                             first_key.get(index))
     seq_tokens: Counter = Counter()
@@ -135,29 +147,29 @@ def _check_buffers(plan: Plan):
     """Per device, every buffer is freed as often as it is allocated; within one program a buffer
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
-    balance: dict = defaultdict(Counter)
-    where: dict = {}
+    balance: dict = {}
     for program in plan.programs:
         live: set = set()
+        device = program.device
         for op in program.ops:
             for buf in op.allocs:
                 if buf in live:
                     return f"buffer {buf.name} allocated twice on device {op.device}", op.key
                 live.add(buf)
-                balance[op.device][buf] += 1
-                where.setdefault((op.device, buf), op.key)
+                balance[(device, buf)] = balance.get((device, buf), 0) + 1
             for buf in op.frees:
-                balance[op.device][buf] -= 1
+                count = balance[(device, buf)] = balance.get((device, buf), 0) - 1
                 if buf in live:
                     live.discard(buf)
-                elif balance[op.device][buf] < 0 and not _allocated_elsewhere(plan, op.device, buf):
+                elif count < 0 and not _allocated_elsewhere(plan, device, buf):
                     return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
-    for device, counts in balance.items():
-        for buf, n in counts.items():
-            if n > 0:
-                return f"buffer {buf.name} on device {device} is never freed", where[(device, buf)]
-            if n < 0:
-                return f"buffer {buf.name} on device {device} is freed more often than allocated", None
+    for (device, buf), count in balance.items():
+        if count > 0:
+            where = next(op.key for p in plan.programs if p.device == device for op in p.ops
+                         if buf in op.allocs)
+            return f"buffer {buf.name} on device {device} is never freed", where
+        if count < 0:
+            return f"buffer {buf.name} on device {device} is freed more often than allocated", None
     return None
 
 

@@ -48,13 +48,12 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
         if keep:
             plans.append(plan)
             traces.append(trace)
-    notes = sorted({n for p in plans for n in p.notes})
     result = Result(scenario=scenario.name, strategy=strategy.name,
                     strategy_options=dict(plans[0].options) if plans else dict(scenario.strategy_options),
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
                     host_memory_limit_bytes=cost.host_memory_limit_bytes,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
-                    warnings=tuple(cost.warnings()) + tuple(notes))
+                    warnings=tuple(cost.warnings()))
     return Simulation(result, tuple(plans), tuple(traces))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ltsim.plan import STREAMS
 
@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 EVENT_COLUMNS = ("device", "stream", "token", "kind", "stage", "chunk", "start_s", "end_s")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """One op as it ran (a named tuple: a trace holds one per op, and tuples are cheap to build)."""
+
     device: int
     stream: str
     token: str

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ltsim.plan import STREAMS
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -82,17 +84,27 @@ def _style(kind: str, hue) -> tuple[tuple, tuple, str]:
     """(face colour, edge colour, hatch) of one op box."""
     if kind == "OPT":
         return (0.62, 0.62, 0.62), (0.3, 0.3, 0.3), ""
-    if kind not in _FILL:  # SEND_F / SEND_B (the chunk's hue, darker) and COLL (slate) on comm rows
-        return ((0.35, 0.35, 0.4) if kind == "COLL" else _mix(hue, 0.0, 0.2)), (0.2, 0.2, 0.2), ""
+    if kind not in _FILL:  # SEND_F / SEND_B, CP exchanges (the chunk's hue, darker), COPY (hatched)
+        return _mix(hue, 0.0, 0.2), (0.2, 0.2, 0.2), "xxxx" if kind == "COPY" else ""
     return _mix(hue, 1.0, _FILL[kind]), _mix(hue, 0.0, 0.45), _HATCH.get(kind, "")
 
 
-def _rows(trace: "Trace", show_comm: bool) -> dict[tuple[int, str], tuple[float, float]]:
-    """(device, stream) -> (y bottom, height); device d occupies [d - 0.5, d + 0.5], drawn top-down."""
-    if not show_comm:
+def _comm_streams(trace: "Trace") -> list[str]:
+    """The non-compute streams with events of some duration, in STREAMS order."""
+    used = {e.stream for e in trace.events if e.end_s > e.start_s}
+    return [s for s in STREAMS[1:] if s in used]
+
+
+def _rows(trace: "Trace", streams: list[str]) -> dict[tuple[int, str], tuple[float, float]]:
+    """(device, stream) -> (y bottom, height); device d occupies [d - 0.5, d + 0.5], drawn top-down:
+    the compute row, then one thin row per communication stream in ``streams``."""
+    if not streams:
         return {(d, "compute"): (d - 0.4, 0.8) for d in range(trace.num_devices)}
-    rows = {(d, "compute"): (d - 0.42, 0.58) for d in range(trace.num_devices)}
-    return rows | {(d, "comm"): (d + 0.2, 0.22) for d in range(trace.num_devices)}
+    rows = {(d, "compute"): (d - 0.44, 0.5) for d in range(trace.num_devices)}
+    height = 0.36 / len(streams)
+    for i, stream in enumerate(streams):
+        rows |= {(d, stream): (d + 0.09 + i * height, 0.85 * height) for d in range(trace.num_devices)}
+    return rows
 
 
 def _draw_boxes(ax: "Axes", events: list, rows: dict, hues: dict, factor: float, thin_edges: bool) -> None:
@@ -144,7 +156,8 @@ def _legend(ax: "Axes", kinds: set[str], by_sequence: bool) -> None:
     from matplotlib.patches import Patch
 
     hue = _palette()[0]
-    names = {"F": "forward", "B": "backward", "R": "recompute", "W": "weight grad", "OPT": "optimizer"}
+    names = {"F": "forward", "B": "backward", "R": "recompute", "W": "weight grad", "OPT": "optimizer",
+             "COLL": "collective", "COPY": "host copy"}
     styles = {kind: _style(kind, hue) for kind in names if kind in kinds}
     handles = [Patch(facecolor=face, edgecolor=edge, hatch=hatch or None, label=f"{kind} {names[kind]}")
                for kind, (face, edge, hatch) in styles.items()]
@@ -156,7 +169,7 @@ def _legend(ax: "Axes", kinds: set[str], by_sequence: bool) -> None:
 
 
 def _style_axes(ax: "Axes", trace: "Trace", plan: "Plan | None", unit: str, span: float,
-                show_comm: bool) -> None:
+                rows: dict) -> None:
     from matplotlib.ticker import MaxNLocator, MultipleLocator
 
     n = trace.num_devices
@@ -166,8 +179,9 @@ def _style_axes(ax: "Axes", trace: "Trace", plan: "Plan | None", unit: str, span
     stages = plan.device_stage if plan is not None and plan.num_stages != n else None
     ax.set_yticks(ticks, [f"dev {d}" + (f" (s{stages[d]})" if stages else "") for d in ticks],
                   fontsize=9 if n <= 16 else 7)
-    if show_comm and n <= 16:
-        ax.set_yticks([d + 0.31 for d in range(n)], ["comm"] * n, minor=True, fontsize=6)
+    thin = sorted((y0 + h / 2, s) for (d, s), (y0, h) in rows.items() if s != "compute" and n <= 8)
+    if thin:
+        ax.set_yticks([y for y, _ in thin], [s for _, s in thin], minor=True, fontsize=6)
     ax.tick_params(axis="y", length=0, which="both")
     ax.set_xlabel(f"time ({unit})")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=16, integer=unit == "units"))
@@ -187,10 +201,12 @@ def _plain_frame(ax: "Axes") -> None:
 
 
 def plot_gantt(trace: "Trace", plan: "Plan | None" = None, *, ax: "Axes | None" = None, title: str = "",
-               time_unit: str = "auto", show_comm: bool = False, labels: bool | None = None,
+               time_unit: str = "auto", show_comm: bool | None = None, labels: bool | None = None,
                xlim_s: float | None = None) -> "Axes":
     """Pipeline Gantt chart of ``trace``: one row per device, one box per op over [start, end].
 
+    ``show_comm``: a thin row per communication stream (P2P, CP, collectives, host copies) under
+    each device; None shows them when any communication takes time (the unit preset's is free).
     ``time_unit``: "auto", "s", "ms", "us" or "units". ``labels=None`` writes the chunk number
     into boxes wide enough when there are at most 1500 ops; ``xlim_s`` fixes the time axis (seconds).
     Returns the Axes (on a new Agg-backed figure when ``ax`` is None). Raises ValueError on a bad unit.
@@ -201,10 +217,12 @@ def plot_gantt(trace: "Trace", plan: "Plan | None" = None, *, ax: "Axes | None" 
     span_s = xlim_s or trace.makespan_s or 1.0
     factor, unit = _time_scale(time_unit, span_s)
     span = span_s * factor * 1.005
-    streams = {"compute", "comm"} if show_comm else {"compute"}
-    events = [e for e in trace.events if e.stream in streams and e.end_s > e.start_s]
-    rows = _rows(trace, show_comm)
-    _style_axes(ax, trace, plan, unit, span, show_comm)
+    comm = _comm_streams(trace) if show_comm is not False else []
+    if show_comm is True and not comm:
+        comm = ["comm"]
+    rows = _rows(trace, comm)
+    events = [e for e in trace.events if (e.device, e.stream) in rows and e.end_s > e.start_s]
+    _style_axes(ax, trace, plan, unit, span, rows)
     _draw_boxes(ax, events, rows, _hue_keys(trace, plan), factor, thin_edges=len(events) > 2000)
     if labels or (labels is None and len(events) <= _MAX_LABELS):
         _draw_labels(ax, events, rows, factor, span)
@@ -300,7 +318,7 @@ def _default_title(result: Any, time_unit: str) -> str:
 
 def plot_simulation(sim_or_trace: Any, path: str | Path, *, plan: "Plan | None" = None, title: str = "",
                     limit_bytes: int | None = None, time_unit: str = "auto",
-                    show_comm: bool = False) -> Path:
+                    show_comm: bool | None = None) -> Path:
     """One PNG: the Gantt chart of the first simulated batch above its memory timeline.
 
     Takes a ``Simulation`` (its first trace and plan, the Result's limit and a default title with the
@@ -311,7 +329,8 @@ def plot_simulation(sim_or_trace: Any, path: str | Path, *, plan: "Plan | None" 
     if limit_bytes is None and result is not None:
         limit_bytes = result.memory_limit_bytes
     n = max(1, trace.num_devices)
-    gantt_in = 1.2 + n * _row_height_in(n) * (1.4 if show_comm else 1.0)
+    extra = len(_comm_streams(trace)) if show_comm is not False else 0
+    gantt_in = 1.2 + n * _row_height_in(n) * (1.0 + 0.25 * extra)
     fig = _new_figure(12, gantt_in + 3.0)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, 2.6])
     plot_gantt(trace, plan, ax=top, title=title or _default_title(result, time_unit),
@@ -343,56 +362,3 @@ def plot_compare(predicted: Any, measured: Any, path: str | Path, *, plan: "Plan
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=12)
     return _save(fig, path)
-
-
-def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible: str,
-                 path: str | Path, title: str = "", minimize: bool = True) -> Path:
-    """Heatmap of column ``value`` over the (x, y) grid, e.g. iteration_time_s over chunk_size x k.
-
-    Duplicate (x, y) rows are averaged; a cell is feasible only if all its rows are (column
-    ``feasible``). Infeasible cells are hatched grey and labelled OOM, grid points without rows show
-    a dash, and the best feasible cell (min, or max when not ``minimize``) is outlined in red.
-    Returns the written path; raises KeyError on a missing column.
-    """
-    import numpy as np
-    from matplotlib.patches import Rectangle
-
-    grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="mean", dropna=False)
-    grid = grid.sort_index().reindex(sorted(grid.columns), axis=1)
-    ok = frame.groupby([y, x])[feasible].all().unstack().reindex_like(grid)
-    values = grid.to_numpy(dtype=float)
-    infeasible = ok.eq(False).to_numpy()  # NaN (no rows) is neither feasible nor OOM
-    shown = np.where(infeasible, np.nan, values)
-    fig = _new_figure(max(5.0, 1.0 + 0.9 * values.shape[1]), max(3.2, 1.3 + 0.6 * values.shape[0]))
-    ax = fig.add_subplot()
-    image = ax.imshow(np.ma.masked_invalid(shown), cmap="viridis_r", origin="lower", aspect="auto")
-    fig.colorbar(image, ax=ax, label=value, fraction=0.05, pad=0.02)
-    best = None
-    if not np.isnan(shown).all():
-        best = np.unravel_index(np.nanargmin(shown) if minimize else np.nanargmax(shown), shown.shape)
-        ax.add_patch(Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, ec="#d62728", lw=3))
-    _annotate_cells(ax, values, infeasible, image)
-    ax.set_xticks(range(values.shape[1]), [str(c) for c in grid.columns])
-    ax.set_yticks(range(values.shape[0]), [str(i) for i in grid.index])
-    ax.set(xlabel=x, ylabel=y)
-    subtitle = "" if best is None else (f"best: {x}={grid.columns[best[1]]}, {y}={grid.index[best[0]]}"
-                                        f" ({values[best]:.4g})")
-    ax.set_title("\n".join(t for t in (title, subtitle) if t), loc="left", fontsize=10)
-    return _save(fig, path)
-
-
-def _annotate_cells(ax: "Axes", values, infeasible, image) -> None:
-    """The value in every feasible cell; infeasible cells hatched grey with an OOM label."""
-    import numpy as np
-    from matplotlib.patches import Rectangle
-
-    for (row, col), v in np.ndenumerate(values):
-        if infeasible[row, col]:
-            ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fc="0.85", ec="0.55", hatch="xx", lw=0))
-            ax.text(col, row, "OOM", ha="center", va="center", fontsize=9, color="0.15",
-                    fontweight="bold", bbox=dict(boxstyle="round,pad=0.15", fc="0.85", lw=0))
-        elif np.isnan(v):
-            ax.text(col, row, "–", ha="center", va="center", color="0.5")
-        else:
-            ax.text(col, row, f"{v:.3g}", ha="center", va="center", fontsize=9,
-                    color="white" if _is_dark(image.cmap(image.norm(v))) else "black")

@@ -70,8 +70,12 @@ class Engine:
         events: list[Event] = []
         barriers: dict[tuple, _Barrier] = {}
         sizes: dict = {}
+        prices: dict = {}
+        kind_text = {k: k.value for k in OpKind}
 
         def nbytes(buffers) -> tuple[int, int]:
+            if not buffers:
+                return 0, 0
             dev = hst = 0
             for buf in buffers:
                 size = sizes.get(buf)
@@ -83,12 +87,23 @@ class Engine:
                     dev += size
             return dev, hst
 
+        def price(op: Op) -> float:
+            if op.work is None:
+                return self.price(op)
+            pkey = (op.kind, op.work, op.part, op.keep)  # ops of one work share a price
+            value = prices.get(pkey)
+            if value is None:
+                value = prices[pkey] = self.price(op)
+            return value
+
         def step(op: Op):
             key = op.key
-            waits = tuple(done[d] for d in op.deps) + tuple(began[d] for d in op.start_deps)
+            waits = tuple(done[d] for d in op.deps)
+            if op.start_deps:
+                waits += tuple(began[d] for d in op.start_deps)
             coll = (key.token, op.group) if op.kind is OpKind.COLL and len(op.group) > 1 else None
-            return (key, waits, self.price(op), nbytes(op.allocs), nbytes(op.frees), coll,
-                    done.get(key), began.get(key))
+            return (key.token, kind_text[key.kind], key.stage, key.chunk, waits, price(op),
+                    nbytes(op.allocs), nbytes(op.frees), coll, done.get(key), began.get(key))
 
         def arrive(coll, size: int):
             barrier = barriers.get(coll)
@@ -100,7 +115,8 @@ class Engine:
             return barrier.event
 
         def run_program(device: int, stream: str, steps):
-            for key, waits, dur, (alloc, host_alloc), (free, host_free), coll, finished, started in steps:
+            for (token, kind, stage, chunk, waits, dur, (alloc, host_alloc), (free, host_free), coll,
+                 finished, started) in steps:
                 for event in waits:
                     if not event.processed:
                         yield event
@@ -123,8 +139,7 @@ class Engine:
                 if host_free:
                     host[device] -= host_free
                     host_memory.append((env.now, device, host[device]))
-                events.append(Event(device, stream, key.token, key.kind.value, key.stage, key.chunk,
-                                    start, env.now))
+                events.append(Event(device, stream, token, kind, stage, chunk, start, env.now))
                 if finished is not None:
                     finished.succeed()
 

@@ -35,7 +35,7 @@ activations do not pile up behind it. With no dependent chunks this is exactly M
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
@@ -101,12 +101,12 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
         state = ("kv",) if i < n - 1 else ()
         if full:  # layer inputs kept; the K/V later chunks attend to stay until the recompute
             (f_act,), (redo, back) = kept_actions(c, keep)
-            f_item = [replace(f_act, allocs=f_act.allocs + mems(*state))]
-            bwd.append([replace(redo, frees=mems(*state)),
-                        replace(back, allocs=grads, frees=back.frees + frees, deps=deps)])
+            f_item = [f_act._replace(allocs=f_act.allocs + mems(*state))]
+            bwd.append([redo._replace(frees=mems(*state)),
+                        back._replace(allocs=grads, frees=back.frees + frees, deps=deps)])
         elif c in kept:  # its K/V live inside its activations until its backward
             f_item, (back,) = kept_actions(c, keep)
-            bwd.append([replace(back, allocs=grads, frees=back.frees + frees, deps=deps)])
+            bwd.append([back._replace(allocs=grads, frees=back.frees + frees, deps=deps)])
         else:
             # run without autograd: only the stage input and the K/V stay (one layer's working
             # set is transient and not modelled)

@@ -57,17 +57,41 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     programs = {}
     for device in schedule.devices:
         ops = []
+        works: dict = {}  # one Work and one buffer tuple per distinct value: F and B share them
+        effects: dict = {}
         for action in schedule.orders.get(device.index, ()):
-            work = _work(action, chunks[action.chunk].slices, action.chunk, device, layout)
+            wkey = (action.chunk, action.layers, action.slices, action.split, action.head)
+            work = works.get(wkey)
+            if work is None:
+                work = works[wkey] = _work(action, chunks[action.chunk].slices, action.chunk,
+                                           device, layout)
+            allocs = frees = ()
+            if action.allocs:
+                allocs = _resolve(action.allocs, action, wkey, work, device, chunks, effects)
+            if action.frees:
+                frees = _resolve(action.frees, action, wkey, work, device, chunks, effects)
             ops.append(Op(kind=action.kind, device=device.index, stage=device.stage,
                           chunk=action.chunk, name=action.name, work=work, keep=action.keep,
-                          deps=action.deps,
-                          allocs=tuple(_buffer(m, action, work, device, layout, chunks)
-                                       for m in action.allocs),
-                          frees=tuple(_buffer(m, action, work, device, layout, chunks)
-                                      for m in action.frees)))
+                          deps=action.deps, allocs=allocs, frees=frees))
         programs[(device.index, "compute")] = tuple(ops)
     return Draft(schedule, layout, programs)
+
+
+def _resolve(mems, action: Action, wkey, work: Work, device: Device, chunks, cache: dict):
+    """The Buffers of an action's effects; one object per distinct buffer of the device."""
+    key = (mems, wkey, action.keep)
+    found = cache.get(key)
+    if found is None:
+        out = []
+        for mem in mems:
+            mkey = (mem, wkey, action.keep if mem.kind == "act" else None)
+            buf = cache.get(mkey)
+            if buf is None:
+                buf = _buffer(mem, action, work, device, chunks)
+                buf = cache[mkey] = cache.setdefault(buf, buf)
+            out.append(buf)
+        found = cache[key] = tuple(out)
+    return found
 
 
 def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) -> Work:
@@ -78,9 +102,10 @@ def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) ->
                 head=device.head and action.head and layers[1] == device.layers[1])
 
 
-def _buffer(mem: Mem, action: Action, work: Work, device: Device, layout: Layout, chunks) -> Buffer:
+def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks) -> Buffer:
     if mem.chunk >= 0 and mem.chunk != action.chunk:
-        work = replace(work, chunk=mem.chunk, slices=chunks[mem.chunk].slices)
+        work = Work(chunk=mem.chunk, slices=chunks[mem.chunk].slices, layers=work.layers,
+                    split=work.split, embed=work.embed, head=work.head)
     if mem.layers is not None:  # part of the action's layers: embedding / head only at its ends
         work = replace(work, layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
                        head=work.head and mem.layers[1] == work.layers[1])
@@ -88,15 +113,19 @@ def _buffer(mem: Mem, action: Action, work: Work, device: Device, layout: Layout
         first = work.layers[0]
         work = replace(work, layers=(first, first + 1), embed=device.embed, head=device.head)
     if mem.kind != "act":  # only activations depend on the keep policy and the embedding / head
-        return Buffer(mem.kind, replace(work, embed=False, head=False), Keep.ALL, mem.host)
+        if work.embed or work.head:
+            work = Work(chunk=work.chunk, slices=work.slices, layers=work.layers, split=work.split)
+        return Buffer(mem.kind, work, Keep.ALL, mem.host)
     return Buffer(mem.kind, work, mem.keep or action.keep, mem.host)
 
 
 # -- P2P ------------------------------------------------------------------------------------------
 def add_p2p(draft: Draft) -> Draft:
     layout, devices = draft.layout, draft.schedule.devices
+    first_gpu = {d.index: layout.gpus_of(d)[0] for d in devices}
     chain = {(d.replica, d.cp_rank, d.stage): d for d in devices}
-    last = max(d.stage for d in devices)
+    F, B = OpKind.F, OpKind.B
+    SEND = {F: OpKind.SEND_F, B: OpKind.SEND_B}
     changes = {}
     for device in devices:
         prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
@@ -104,38 +133,39 @@ def add_p2p(draft: Draft) -> Draft:
         ops = draft.ops(device.index)
         # A chunk's input arrives before its first op that reads the stage input; its output leaves
         # after its last op that writes the stage output (several ops when a strategy splits layers).
+        first, stop = device.layers
         receives, sends = {}, {}
         for i, op in enumerate(ops):
-            if op.kind in (OpKind.F, OpKind.B) and op.work is not None:
-                enters = op.work.layers[0 if op.kind is OpKind.F else 1] == device.layers[
-                    0 if op.kind is OpKind.F else 1]
-                leaves = op.work.layers[1 if op.kind is OpKind.F else 0] == device.layers[
-                    1 if op.kind is OpKind.F else 0]
-                if enters:
-                    receives.setdefault((op.kind, op.chunk), i)
-                if leaves:
-                    sends[(op.kind, op.chunk)] = i
+            kind, work = op.kind, op.work
+            if work is None or (kind is not F and kind is not B):
+                continue
+            low, high = work.layers
+            if (low == first) if kind is F else (high == stop):
+                receives.setdefault((kind, op.chunk), i)
+            if (high == stop) if kind is F else (low == first):
+                sends[(kind, op.chunk)] = i
         compute, comm = [], list(draft.ops(device.index, "comm"))
         for i, op in enumerate(ops):
-            peer = (prev if op.kind is OpKind.F else nxt) if op.kind in (OpKind.F, OpKind.B) else None
-            if peer is not None and receives.get((op.kind, op.chunk)) == i:
-                kind = OpKind.SEND_F if op.kind is OpKind.F else OpKind.SEND_B
-                op = replace(op, deps=op.deps + (op_key(peer.index, peer.stage, kind, op.chunk),))
+            kind = op.kind
+            peer = prev if kind is F else nxt if kind is B else None
+            if peer is not None and receives.get((kind, op.chunk)) == i:
+                op = op.with_deps((op_key(peer.index, peer.stage, SEND[kind], op.chunk),))
             compute.append(op)
-            if sends.get((op.kind, op.chunk)) == i:
-                if op.kind is OpKind.F and device.stage < last:
-                    comm.append(_send(op, OpKind.SEND_F, "act", device, nxt, layout))
-                elif op.kind is OpKind.B and device.stage > 0:
-                    comm.append(_send(op, OpKind.SEND_B, "act_grad", device, prev, layout))
+            if sends.get((kind, op.chunk)) == i:
+                if kind is F and nxt is not None:
+                    comm.append(_send(op, OpKind.SEND_F, "act", device, nxt, first_gpu))
+                elif kind is B and prev is not None:
+                    comm.append(_send(op, OpKind.SEND_B, "act_grad", device, prev, first_gpu))
         changes[(device.index, "compute")] = compute
         changes[(device.index, "comm")] = comm
     return draft.update(changes)
 
 
-def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device, layout: Layout) -> Op:
-    ends = sorted((layout.gpus_of(device)[0], layout.gpus_of(peer)[0]))
-    work = replace(op.work, layers=device.layers)
-    comm = Comm("send_recv", tensor, work, group_size=2, gpus=(ends[0], ends[1]))
+def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device,
+          first_gpu: dict[int, int]) -> Op:
+    a, b = first_gpu[device.index], first_gpu[peer.index]
+    work = op.work if op.work.layers == device.layers else replace(op.work, layers=device.layers)
+    comm = Comm("send_recv", tensor, work, group_size=2, gpus=(a, b) if a < b else (b, a))
     return Op(kind=kind, device=device.index, stage=device.stage, chunk=op.chunk, comm=comm,
               deps=(op.key,), group=(peer.index,))
 
@@ -158,7 +188,7 @@ def add_zero3_gathers(draft: Draft) -> Draft:
                             chunk=op.chunk, name=name, comm=comm, group=(device.index,),
                             deps=(ops[i - 2].key,) if i >= 2 else ())
                 coll.append(gather)
-                op = replace(op, deps=op.deps + (gather.key,))
+                op = op.with_deps((gather.key,))
             compute.append(op)
         changes[(device.index, "compute")] = compute
         changes[(device.index, "coll")] = coll
@@ -190,21 +220,21 @@ def split_cp(draft: Draft) -> Draft:
                 continue
             group, gpus = _cp_group(draft, device, split.cp)
             suffix = f"-{op.name}" if op.name else ""
-            attn = replace(op, name="attn" + suffix, part="attn", frees=())
+            attn = op.evolve(name="attn" + suffix, part="attn", frees=())
             if split.cp_kind == "ulysses":
                 comm = Comm("all_to_all", "qkvo", op.work, group_size=split.cp, gpus=gpus)
                 before = (compute[-1].key,) if compute else ()
                 coll = Op(kind=OpKind.COLL, stream="cp", device=device.index, stage=device.stage,
                           chunk=op.chunk, name=f"a2a-{op.kind.value}{suffix}", comm=comm,
                           deps=op.deps + before, group=group)
-                attn = replace(attn, deps=(coll.key,))
+                attn = attn.evolve(deps=(coll.key,))
             else:
                 steps = (split.cp - 1) * (2 if op.kind is OpKind.B else 1)
                 comm = Comm("send_recv", "kv", op.work, group_size=2, gpus=gpus, steps=steps)
                 coll = Op(kind=OpKind.COLL, stream="cp", device=device.index, stage=device.stage,
                           chunk=op.chunk, name=f"cp-{op.kind.value}{suffix}", comm=comm,
                           start_deps=(attn.key,), group=group)
-            dense = replace(op, part="dense", allocs=(), deps=(coll.key,))
+            dense = op.evolve(part="dense", allocs=(), deps=(coll.key,))
             compute += [attn, dense]
             cp.append(coll)
         changes[(device.index, "compute")] = compute
@@ -288,10 +318,10 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
                           comm=Comm("h2d", buf.kind, buf.work),
                           deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
                 copies += [out, back]
-                compute[consumer] = replace(compute[consumer], deps=compute[consumer].deps + (back.key,))
+                compute[consumer] = compute[consumer].with_deps((back.key,))
                 if sync and producer + 1 < len(compute):
                     nxt = compute[producer + 1]
-                    compute[producer + 1] = replace(nxt, deps=nxt.deps + (out.key,))
+                    compute[producer + 1] = nxt.with_deps((out.key,))
             changes[(device.index, "compute")] = compute
             changes[(device.index, "copy")] = _ordered_copies(copies, compute)
         return draft.update(changes)
@@ -323,7 +353,7 @@ def lower(schedule: Schedule, layout: Layout, passes: tuple[Pass, ...] = DEFAULT
                      if ops or stream in ("compute", "comm", "coll"))
     plan = Plan(strategy=schedule.strategy, options=schedule.options,
                 seq_lengths=schedule.seq_lengths, chunks=schedule.chunks, programs=programs,
-                devices=schedule.devices, grad_chunks=schedule.grad_chunks, notes=schedule.notes)
+                devices=schedule.devices, grad_chunks=schedule.grad_chunks)
     # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
     # the grid); the conformance suite runs the full validate() on every registered strategy.
     return plan.validate(check_cycles=False)

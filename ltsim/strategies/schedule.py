@@ -14,8 +14,9 @@ reduction, host offload, the optimizer step). The types here are that contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
@@ -29,13 +30,13 @@ def keep_policy(recompute: str) -> Keep:
     return _KEEP[recompute]
 
 
-@dataclass(frozen=True, slots=True)
-class Mem:
+class Mem(NamedTuple):
     """A buffer effect of an action: a buffer of ``kind`` holding the action's work (or, with
     ``chunk`` >= 0, that chunk's work on the same device and layers; with ``layers``, that part of
     the action's layer range). ``keep`` (activations only) defaults to the action's; ``one_layer``:
     the working set of one layer while a full recompute rebuilds layer by layer (with the stage's
-    embedding input and logits); ``host``: in host memory."""
+    embedding input and logits); ``host``: in host memory. Named tuples (Mem, Action): immutable
+    and cheap to build, as a schedule holds one per op (see plan.Op)."""
 
     kind: str
     chunk: int = -1
@@ -45,12 +46,13 @@ class Mem:
     layers: tuple[int, int] | None = None
 
 
+@lru_cache(maxsize=None)
 def mems(*kinds: str) -> tuple[Mem, ...]:
+    """Buffer effects of these kinds on the action's own work."""
     return tuple(Mem(k) for k in kinds)
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(NamedTuple):
     """One compute step of a device. ``layers``/``slices``/``split`` default to the device's layer
     range, the chunk's slices and the layout's split; ``head`` False drops the LM head from a
     last-stage op (a full recompute does not rebuild the logits); ``name`` tells apart several ops
@@ -80,7 +82,6 @@ class Schedule:
     devices: tuple[Device, ...]
     orders: dict[int, list[Action]]
     grad_chunks: frozenset[int] | None = None
-    notes: tuple[str, ...] = field(default=())
 
 
 def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:

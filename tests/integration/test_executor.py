@@ -135,7 +135,7 @@ def test_bad_arguments():
     with pytest.raises(ConfigError, match="'parallel.tp' must be 1 with cp 1"):
         execute_plan(plan, SPEC, ParallelConfig(pp=2, tp=2))
     split = dataclasses.replace(plan, programs=tuple(
-        dataclasses.replace(p, ops=tuple(dataclasses.replace(op, kind=OpKind.W)
+        dataclasses.replace(p, ops=tuple(op.evolve(kind=OpKind.W)
                                          if op.kind is OpKind.B else op for op in p.ops))
         for p in plan.programs))
     with pytest.raises(PlanError, match="cannot run W ops"):

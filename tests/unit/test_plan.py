@@ -41,7 +41,7 @@ def _plan():
 def _replace_op(plan, device, token, **changes):
     programs = []
     for prog in plan.programs:
-        ops = tuple(dataclasses.replace(op, **changes) if (op.device, op.token) == (device, token)
+        ops = tuple(op.evolve(**changes) if (op.device, op.token) == (device, token)
                     else op for op in prog.ops)
         programs.append(dataclasses.replace(prog, ops=ops))
     return dataclasses.replace(plan, programs=tuple(programs))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import ltsim
-from ltsim import viz
+from ltsim import viz, viz_sweep
 from ltsim.trace import Event, Trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,22 @@ def test_gantt_recompute_is_hatched_and_primed():
     assert hatches == {"////", "...."}  # R and W
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["F forward", "B backward", "R recompute", "W weight grad", "OPT optimizer",
-                      "idle (bubble)"]
+                      "COLL collective", "idle (bubble)"]
+
+
+def test_gantt_draws_cp_exchanges_and_the_dp_reduction_on_their_own_rows(repo):
+    """Ring CP traffic (cp stream) and the DP gradient reduction (coll stream) are events of their
+    own, each drawn on a thin row under its device (shown by default when they take time)."""
+    scenario = ltsim.load_scenario(repo / "scenarios" / "examples" / "qwen2.5-7b-32k-tp4-cp4.toml",
+                                   ["workload.num_batches=1", "parallel.dp=2", "parallel.cp=2"])
+    from ltsim.runner import run
+
+    sim = run(scenario)
+    ax = viz.plot_gantt(sim.traces[0], sim.plans[0])
+    minor = [t.get_text() for t in ax.get_yticklabels(minor=True)]
+    assert {"cp", "coll"} <= set(minor)
+    streams = {e.stream for e in sim.traces[0].events if e.end_s > e.start_s}
+    assert {"compute", "cp", "coll"} <= streams
 
 
 def test_gantt_time_units():
@@ -134,8 +149,8 @@ def test_plot_heatmap(tmp_path, monkeypatch):
         captured["fig"] = fig
         return Path(path)
 
-    monkeypatch.setattr(viz, "_save", keep)
-    viz.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
+    monkeypatch.setattr(viz_sweep, "_save", keep)
+    viz_sweep.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
                      feasible="fits", path=tmp_path / "h.png", title="sweep")
     ax = captured["fig"].axes[0]
     texts = [t.get_text() for t in ax.texts]
@@ -143,6 +158,6 @@ def test_plot_heatmap(tmp_path, monkeypatch):
     assert texts.count("–") == 1  # (1024, 4) has no row
     assert "best: chunk_size=8192, k=1" in ax.get_title(loc="left")
     monkeypatch.undo()
-    out = viz.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
+    out = viz_sweep.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
                            feasible="fits", path=tmp_path / "h.png")
     assert _is_png(out)

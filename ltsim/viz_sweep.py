@@ -1,0 +1,69 @@
+"""Sweep figures: the heatmap of a metric over two grid keys (ChunkSize x K, BucketSize x batch).
+
+Built like ltsim/viz.py's figures (Agg canvas, no pyplot state); matplotlib is imported inside the
+functions only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ltsim.viz import _is_dark, _new_figure, _save
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+
+def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible: str,
+                 path: str | Path, title: str = "", minimize: bool = True) -> Path:
+    """Heatmap of column ``value`` over the (x, y) grid, e.g. iteration_time_s over chunk_size x k.
+
+    Duplicate (x, y) rows are averaged; a cell is feasible only if all its rows are (column
+    ``feasible``). Infeasible cells are hatched grey and labelled OOM, grid points without rows show
+    a dash, and the best feasible cell (min, or max when not ``minimize``) is outlined in red.
+    Returns the written path; raises KeyError on a missing column.
+    """
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="mean", dropna=False)
+    grid = grid.sort_index().reindex(sorted(grid.columns), axis=1)
+    ok = frame.groupby([y, x])[feasible].all().unstack().reindex_like(grid)
+    values = grid.to_numpy(dtype=float)
+    infeasible = ok.eq(False).to_numpy()  # NaN (no rows) is neither feasible nor OOM
+    shown = np.where(infeasible, np.nan, values)
+    fig = _new_figure(max(5.0, 1.0 + 0.9 * values.shape[1]), max(3.2, 1.3 + 0.6 * values.shape[0]))
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(shown), cmap="viridis_r", origin="lower", aspect="auto")
+    fig.colorbar(image, ax=ax, label=value, fraction=0.05, pad=0.02)
+    best = None
+    if not np.isnan(shown).all():
+        best = np.unravel_index(np.nanargmin(shown) if minimize else np.nanargmax(shown), shown.shape)
+        ax.add_patch(Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, ec="#d62728", lw=3))
+    _annotate_cells(ax, values, infeasible, image)
+    ax.set_xticks(range(values.shape[1]), [str(c) for c in grid.columns])
+    ax.set_yticks(range(values.shape[0]), [str(i) for i in grid.index])
+    ax.set(xlabel=x, ylabel=y)
+    subtitle = "" if best is None else (f"best: {x}={grid.columns[best[1]]}, {y}={grid.index[best[0]]}"
+                                        f" ({values[best]:.4g})")
+    ax.set_title("\n".join(t for t in (title, subtitle) if t), loc="left", fontsize=10)
+    return _save(fig, path)
+
+
+def _annotate_cells(ax: "Axes", values, infeasible, image) -> None:
+    """The value in every feasible cell; infeasible cells hatched grey with an OOM label."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    for (row, col), v in np.ndenumerate(values):
+        if infeasible[row, col]:
+            ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fc="0.85", ec="0.55", hatch="xx", lw=0))
+            ax.text(col, row, "OOM", ha="center", va="center", fontsize=9, color="0.15",
+                    fontweight="bold", bbox=dict(boxstyle="round,pad=0.15", fc="0.85", lw=0))
+        elif np.isnan(v):
+            ax.text(col, row, "–", ha="center", va="center", color="0.5")
+        else:
+            ax.text(col, row, f"{v:.3g}", ha="center", va="center", fontsize=9,
+                    color="white" if _is_dark(image.cmap(image.norm(v))) else "black")
