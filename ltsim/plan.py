@@ -178,28 +178,20 @@ class Work:
 BUFFER_KINDS = ("act", "ckpt", "input", "kv", "kv_grad")
 
 
-@dataclass(frozen=True, slots=True)
-class Buffer:
+class Buffer(NamedTuple):
     """Memory held between ops; its size comes from the CostModel, from this value alone.
 
     kind: "act" (what backward needs from ``work``'s layers, as ``keep`` says), "ckpt" (each
     layer's input: full-recompute checkpoints), "input" (the stage input only, one tensor),
     "kv" (K/V kept for later chunks of the same sequence), "kv_grad" (their gradients).
-    ``host``: it lives in host memory (offloaded), not on the device.
+    ``host``: it lives in host memory (offloaded), not on the device. A named tuple, as Op: a
+    plan holds thousands, and its hash is cheap once its Work's is cached.
     """
 
     kind: str
     work: Work
     keep: Keep = Keep.ALL
     host: bool = False
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-
-    def __hash__(self) -> int:  # computed once, as Work's
-        value = self._hash
-        if not value:
-            value = hash((self.kind, self.work, self.keep, self.host)) or 1
-            object.__setattr__(self, "_hash", value)
-        return value
 
     @property
     def name(self) -> str:
@@ -207,8 +199,7 @@ class Buffer:
         return f"{self.kind}:c{self.work.chunk}L{first}-{stop}" + ("@host" if self.host else "")
 
 
-@dataclass(frozen=True, slots=True)
-class Comm:
+class Comm(NamedTuple):
     """What a comm op moves.
 
     collective: "send_recv" | "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" |
@@ -217,6 +208,7 @@ class Comm:
       "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
       part; ``gpus`` the lowest and highest global GPU rank among them (on two nodes: the
       inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward).
+    A named tuple, as Op: every SEND carries one.
     """
 
     collective: str
@@ -309,6 +301,15 @@ class Op(_OpFields):
 
 
 _tuple_new = tuple.__new__
+
+
+def make_op(kind: OpKind, device: int, stage: int, chunk: int, name: str, stream: str,
+            work: Work | None, keep: Keep, part: str, comm: Comm | None, deps: tuple,
+            start_deps: tuple, allocs: tuple, frees: tuple, group: tuple) -> Op:
+    """``Op(...)`` with every field given by position, for the lowering's hot loops (keyword
+    calls cost a third of an op's construction)."""
+    return _tuple_new(Op, (kind, device, stage, chunk, name, stream, work, keep, part, comm, deps,
+                           start_deps, allocs, frees, group, OpKey(device, stage, kind, chunk, name)))
 
 
 def parse_token(token: str) -> tuple[int, OpKind, int, str]:

@@ -106,7 +106,9 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
                         back._replace(allocs=grads, frees=back.frees + frees, deps=deps)])
         elif c in kept:  # its K/V live inside its activations until its backward
             f_item, (back,) = kept_actions(c, keep)
-            bwd.append([back._replace(allocs=grads, frees=back.frees + frees, deps=deps)])
+            if n > 1:  # a standalone chunk's backward is the plain one
+                back = back._replace(allocs=grads, frees=back.frees + frees, deps=deps)
+            bwd.append([back])
         else:
             # run without autograd: only the stage input and the K/V stay (one layer's working
             # set is transient and not modelled)
@@ -129,12 +131,15 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
         grouped = {c for g in groups for c in g}
         units = groups + [[c.index] for c in mine if c.index not in grouped]
         units.sort(key=lambda u: u[0])
+        # a standalone chunk's actions name no device: build them once for every stage
+        alone = {u[0]: group_actions(u, options.k, keep, -1, -1) for u in units if len(u) == 1}
         for stage in range(ctx.parallel.pp):
             device = layout.device(replica, stage)
             fwd: list[list[Action]] = []
             bwd: list[list[Action]] = []
             for unit in units:
-                f_items, b_items = group_actions(unit, options.k, keep, device, stage)
+                f_items, b_items = (alone[unit[0]] if len(unit) == 1 else
+                                    group_actions(unit, options.k, keep, device, stage))
                 fwd += f_items
                 bwd += b_items
             orders[device] = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)

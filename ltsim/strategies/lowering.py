@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ltsim.plan import (WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program, Split,
-                        STREAMS, Work, op_key)
+from ltsim.plan import (STREAMS, WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program,
+                        Split, Work, make_op, op_key)
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule
 
 
@@ -57,6 +57,7 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     programs = {}
     for device in schedule.devices:
         ops = []
+        index, stage = device.index, device.stage
         works: dict = {}  # one Work and one buffer tuple per distinct value: F and B share them
         effects: dict = {}
         for action in schedule.orders.get(device.index, ()):
@@ -67,31 +68,27 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
                                            device, layout)
             allocs = frees = ()
             if action.allocs:
-                allocs = _resolve(action.allocs, action, wkey, work, device, chunks, effects)
+                allocs = _resolve(action.allocs, action, work, device, chunks, effects)
             if action.frees:
-                frees = _resolve(action.frees, action, wkey, work, device, chunks, effects)
-            ops.append(Op(kind=action.kind, device=device.index, stage=device.stage,
-                          chunk=action.chunk, name=action.name, work=work, keep=action.keep,
-                          deps=action.deps, allocs=allocs, frees=frees))
+                frees = _resolve(action.frees, action, work, device, chunks, effects)
+            ops.append(make_op(action.kind, index, stage, action.chunk, action.name, "compute", work,
+                               action.keep, "", None, action.deps, (), allocs, frees, ()))
         programs[(device.index, "compute")] = tuple(ops)
     return Draft(schedule, layout, programs)
 
 
-def _resolve(mems, action: Action, wkey, work: Work, device: Device, chunks, cache: dict):
-    """The Buffers of an action's effects; one object per distinct buffer of the device."""
-    key = (mems, wkey, action.keep)
-    found = cache.get(key)
-    if found is None:
-        out = []
-        for mem in mems:
-            mkey = (mem, wkey, action.keep if mem.kind == "act" else None)
-            buf = cache.get(mkey)
-            if buf is None:
-                buf = _buffer(mem, action, work, device, chunks)
-                buf = cache[mkey] = cache.setdefault(buf, buf)
-            out.append(buf)
-        found = cache[key] = tuple(out)
-    return found
+def _resolve(mems, action: Action, work: Work, device: Device, chunks, cache: dict):
+    """The Buffers of an action's effects; one object per distinct buffer of the device (F and B
+    of a chunk share their Work, so the Work's identity keys the cache)."""
+    out = []
+    for mem in mems:
+        mkey = (mem, id(work), action.keep if mem.kind == "act" else None)
+        buf = cache.get(mkey)
+        if buf is None:
+            buf = _buffer(mem, action, work, device, chunks)
+            buf = cache[mkey] = cache.setdefault(buf, buf)
+        out.append(buf)
+    return tuple(out)
 
 
 def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) -> Work:
@@ -166,8 +163,8 @@ def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device,
     a, b = first_gpu[device.index], first_gpu[peer.index]
     work = op.work if op.work.layers == device.layers else replace(op.work, layers=device.layers)
     comm = Comm("send_recv", tensor, work, group_size=2, gpus=(a, b) if a < b else (b, a))
-    return Op(kind=kind, device=device.index, stage=device.stage, chunk=op.chunk, comm=comm,
-              deps=(op.key,), group=(peer.index,))
+    return make_op(kind, device.index, device.stage, op.chunk, "", "comm", None, Keep.ALL, "", comm,
+                   (op.key,), (), (), (), (peer.index,))
 
 
 # -- ZeRO-3 ---------------------------------------------------------------------------------------
@@ -308,7 +305,7 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
                                 None)
                 if consumer is None:
                     continue
-                host = replace(buf, host=True)
+                host = buf._replace(host=True)
                 tag = f"{buf.kind}-L{buf.work.layers[0]}"
                 out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
                          chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),

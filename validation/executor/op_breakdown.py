@@ -5,9 +5,10 @@ executor's forward and backward (ltsim.executor.state.forward_chunk / backward_c
 with torch.profiler, and the self CPU time of every aten op is put into a part:
 GEMM (mm, addmm, linear's matmuls), attention (SDPA and its flash kernels), loss (log_softmax, nll),
 and everything else ("elementwise": norms, RoPE, SwiGLU, residual adds, copies, autograd glue).
-The cost model's parts for the same chunk come from ltsim/costs_table.py's own pieces: the four
-layer GEMMs and the LM head from gemm.csv, attention from attention.csv, elementwise as bytes
-moved / hardware.hbm_bytes_per_s, the loss analytic (costs_table module docstring).
+The cost model's parts for the same chunk come from ltsim/costs/compute.py's own pieces: the four
+layer GEMMs and the LM head from gemm.csv, attention from attention.csv (the op's "attn" part),
+elementwise from elementwise.csv or bytes moved / hardware.hbm_bytes_per_s, the loss analytic
+(ltsim/costs/compute.py module docstring).
 
     python validation/executor/op_breakdown.py --tokens 256 1024 [--profile profiles/cpu-ci]
 """
@@ -22,17 +23,15 @@ from collections import defaultdict
 
 import torch
 
-from ltsim.costs_table import TableCostModel
+from ltsim.costs.table import TableCostModel
 from ltsim.executor.model import Transformer, pack_chunk
 from ltsim.executor.runtime import make_tokens
 from ltsim.executor.state import StateStore, backward_chunk, forward_chunk
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.model import get_model
-from ltsim.parallel import ParallelConfig
-from ltsim.plan import Chunk, Op, OpKind, Plan, Slice
+from ltsim.plan import OpKind, Slice, Split, Work
 
 PARTS = ("GEMM", "attention", "loss", "elementwise")
-_KEEP: list[Plan] = []
 
 
 def part_of(name: str) -> str | None:
@@ -78,33 +77,21 @@ def _self_times(prof: torch.profiler.profile) -> dict[str, float]:
 
 
 def predicted_parts(cost: TableCostModel, tokens: int) -> dict:
-    """The cost model's F and B of the chunk, split as costs_table._chunk_s adds them up."""
+    """The cost model's F and B of the chunk, split as ltsim/costs/compute.py adds them up."""
     m = cost.model
-    layers = m.num_layers
-    h, g = m.hidden_size, 2
-    gemm = (cost._gemm(tokens, h + 2 * m.kv_hidden_size, h) + cost._gemm(tokens, h, h)
-            + cost._gemm(tokens, g * m.ffn_hidden_size, h) + cost._gemm(tokens, h, m.ffn_hidden_size))
-    dense, _ = cost._layer_forward_s(tokens)
-    elementwise = dense - gemm
-    head = cost._gemm(tokens, m.vocab_size, h)
+    pieces = cost._compute
+    work = Work(chunk=0, slices=(Slice(0, 0, tokens),), layers=(0, m.num_layers), split=Split(),
+                embed=True, head=True)
+    gemm, elem_fwd, elem_bwd, _ = pieces.layer_s(tokens, 1, True)
+    head = pieces._gemm(tokens, m.vocab_size, m.hidden_size)
     loss = tokens * m.vocab_size * 4 * 3 / cost.cluster.device.hbm_bytes_per_s
     out = {}
-    for kind, scale, pass_ in (("F", 1.0, "fwd"), ("B", 2.0, "bwd")):
-        attn = cost._attention_s(tokens, tokens, pass_)
-        out[kind] = {"GEMM": scale * (layers * gemm + head), "attention": layers * attn,
-                     "loss": scale * loss, "elementwise": scale * layers * elementwise}
-    plan = _one_chunk_plan(tokens, layers)
-    _KEEP.append(plan)  # TableCostModel caches durations by id(plan): keep ids unique
-    for kind in ("F", "B"):
-        op = Op(kind=OpKind(kind), device=0, stage=0, chunk=0)
-        out[kind]["total"] = cost.duration_s(op, plan)
+    for kind, scale, elementwise in ((OpKind.F, 1.0, elem_fwd), (OpKind.B, 2.0, elem_bwd)):
+        out[kind.value] = {"GEMM": scale * (m.num_layers * gemm + head),
+                           "attention": cost.compute_s(kind, work, part="attn"),
+                           "loss": loss, "elementwise": m.num_layers * elementwise,
+                           "total": cost.compute_s(kind, work)}
     return out
-
-
-def _one_chunk_plan(tokens: int, layers: int) -> Plan:
-    return Plan(strategy="breakdown", options={}, seq_lengths=(tokens,),
-                chunks=(Chunk(0, (Slice(0, 0, tokens),)),), programs=(), num_stages=1,
-                stage_layers=((0, layers),), device_stage=(0,))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     spec = get_model(args.model)
     cluster = ClusterSpec(device=get_device("cpu"), gpus_per_node=1, profile=args.profile)
-    cost = TableCostModel(spec, ParallelConfig(pp=1, zero_stage=0), cluster)
+    cost = TableCostModel(spec, cluster)
     model = Transformer(spec, seed=0)
     print("| tokens | pass | part | predicted ms | measured ms (self CPU) | error |")
     print("|---|---|---|---|---|---|")
