@@ -89,9 +89,10 @@ class Keep(str, Enum):
     __hash__ = str.__hash__  # as OpKind's
 
 
-@dataclass(frozen=True, slots=True)
-class Slice:
-    """Tokens [start, stop) of sequence ``seq``. Its context is ``start`` earlier tokens."""
+class Slice(NamedTuple):
+    """Tokens [start, stop) of sequence ``seq``. Its context is ``start`` earlier tokens.
+    (Slice, Split, Buffer, Comm and Op are named tuples: immutable, and cheap to build and hash,
+    which the cost caches do for every op.)"""
 
     seq: int
     start: int
@@ -126,8 +127,7 @@ class Chunk:
         return "dependent" if len(self.slices) == 1 else "hybrid"
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
+class Split(NamedTuple):
     """How one op's work is spread over GPUs.
 
     ``tp`` ranks split heads and hidden dimensions (Megatron TP; ``sp``: with sequence parallelism
@@ -156,6 +156,7 @@ class Work:
     embed: bool = False
     head: bool = False
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _tokens: int = field(default=-1, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
         # Works key the cost caches and the buffer checks; hashing the nested slices on every
@@ -168,7 +169,11 @@ class Work:
 
     @property
     def num_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.slices)
+        tokens = self._tokens
+        if tokens < 0:  # computed once: the cost model asks for every op
+            tokens = sum(s.stop - s.start for s in self.slices)
+            object.__setattr__(self, "_tokens", tokens)
+        return tokens
 
     @property
     def num_layers(self) -> int:
