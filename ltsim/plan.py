@@ -25,11 +25,16 @@ collective. Tokens round-trip through :func:`parse_token`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterator, NamedTuple
 
 from ltsim.errors import PlanError
+from ltsim.work import BUFFER_KINDS, Buffer, Chunk, Comm, Keep, Slice, Split, Work
+
+__all__ = ["BUFFER_KINDS", "BUSY_KINDS", "KINDS", "PARTS", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
+           "Comm", "Device", "KindInfo", "Keep", "Op", "OpKey", "OpKind", "Plan", "Program", "Slice",
+           "Split", "Work", "make_op", "op_key", "parse_token"]
 
 
 class OpKind(str, Enum):
@@ -75,153 +80,6 @@ BUSY_KINDS = frozenset(k for k, info in KINDS.items() if info.busy)
 PARTS = ("", "attn", "dense")  # whole layer stack; its attention kernels; all but attention
 _TOKEN_RE = re.compile(r"^s(\d+)(" + "|".join(sorted((k.value for k in OpKind), key=len, reverse=True))
                        + r")(\d+)?(?:\[([\w.:-]+)\])?$")
-
-
-class Keep(str, Enum):
-    """What a forward keeps for its backward (Megatron-LM's recompute policies, and no-grad)."""
-
-    ALL = "all"  # every tensor backward needs (recompute "none")
-    SELECTIVE = "selective"  # all but core attention's internals (recompute "selective")
-    INPUT = "input"  # each layer's input only: recomputed before backward (recompute "full")
-    KV = "kv"  # no autograd: only the K/V that later chunks of the sequence attend to
-    NOTHING = "nothing"  # no autograd, nothing kept (no gradient follows)
-
-    __hash__ = str.__hash__  # as OpKind's
-
-
-class Slice(NamedTuple):
-    """Tokens [start, stop) of sequence ``seq``. Its context is ``start`` earlier tokens.
-    (Slice, Split, Buffer, Comm and Op are named tuples: immutable, and cheap to build and hash,
-    which the cost caches do for every op.)"""
-
-    seq: int
-    start: int
-    stop: int
-
-    @property
-    def num_tokens(self) -> int:
-        return self.stop - self.start
-
-    @property
-    def context_tokens(self) -> int:
-        return self.start
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """What one micro-batch carries through the pipeline: one or more slices, on one DP replica."""
-
-    index: int
-    slices: tuple[Slice, ...]
-    replica: int = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.slices)
-
-    def kind(self, seq_lengths: dict[int, int]) -> str:
-        """"standalone" (whole sequences), "dependent" (one piece of a long sequence) or "hybrid"."""
-        whole = [s.start == 0 and s.stop == seq_lengths[s.seq] for s in self.slices]
-        if all(whole):
-            return "standalone"
-        return "dependent" if len(self.slices) == 1 else "hybrid"
-
-
-class Split(NamedTuple):
-    """How one op's work is spread over GPUs.
-
-    ``tp`` ranks split heads and hidden dimensions (Megatron TP; ``sp``: with sequence parallelism
-    the tensors TP would replicate are split along the sequence). ``cp`` ranks split the slices:
-    ``ring`` shards the tokens (Megatron CP, zig-zag balanced), ``ulysses`` the heads after an
-    all-to-all. ``cp = 1`` means the slices are whole on this rank.
-    """
-
-    tp: int = 1
-    cp: int = 1
-    cp_kind: str = "ring"
-    sp: bool = True
-
-
-@dataclass(frozen=True, slots=True, eq=True)
-class Work:
-    """What a compute op (or a buffer, or a comm op's tensor) covers: the slices of one chunk on a
-    layer range, split as ``split`` says; ``embed``/``head``: it includes the embedding / the LM
-    head and loss. A Work with no slices stands for the parameters of its layers (gradients,
-    ZeRO gathers)."""
-
-    chunk: int
-    slices: tuple[Slice, ...]
-    layers: tuple[int, int]
-    split: Split = Split()
-    embed: bool = False
-    head: bool = False
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-    _tokens: int = field(default=-1, init=False, repr=False, compare=False)
-
-    def __hash__(self) -> int:
-        # Works key the cost caches and the buffer checks; hashing the nested slices on every
-        # lookup dominated the replay, so the hash is computed once
-        value = self._hash
-        if not value:
-            value = hash((self.chunk, self.slices, self.layers, self.split, self.embed, self.head)) or 1
-            object.__setattr__(self, "_hash", value)
-        return value
-
-    @property
-    def num_tokens(self) -> int:
-        tokens = self._tokens
-        if tokens < 0:  # computed once: the cost model asks for every op
-            tokens = sum(s.stop - s.start for s in self.slices)
-            object.__setattr__(self, "_tokens", tokens)
-        return tokens
-
-    @property
-    def num_layers(self) -> int:
-        return self.layers[1] - self.layers[0]
-
-
-BUFFER_KINDS = ("act", "ckpt", "input", "kv", "kv_grad")
-
-
-class Buffer(NamedTuple):
-    """Memory held between ops; its size comes from the CostModel, from this value alone.
-
-    kind: "act" (what backward needs from ``work``'s layers, as ``keep`` says), "ckpt" (each
-    layer's input: full-recompute checkpoints), "input" (the stage input only, one tensor),
-    "kv" (K/V kept for later chunks of the same sequence), "kv_grad" (their gradients).
-    ``host``: it lives in host memory (offloaded), not on the device. A named tuple, as Op: a
-    plan holds thousands, and its hash is cheap once its Work's is cached.
-    """
-
-    kind: str
-    work: Work
-    keep: Keep = Keep.ALL
-    host: bool = False
-
-    @property
-    def name(self) -> str:
-        first, stop = self.work.layers
-        return f"{self.kind}:c{self.work.chunk}L{first}-{stop}" + ("@host" if self.host else "")
-
-
-class Comm(NamedTuple):
-    """What a comm op moves.
-
-    collective: "send_recv" | "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" |
-      "d2h" | "h2d"; tensor: "act" (a stage's output), "act_grad" (its gradient), "kv" (K/V of the
-      work's layers: ring CP), "qkvo" (Ulysses: Q, K, V in and the output back), "grads",
-      "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
-      part; ``gpus`` the lowest and highest global GPU rank among them (on two nodes: the
-      inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward).
-    A named tuple, as Op: every SEND carries one.
-    """
-
-    collective: str
-    tensor: str
-    work: Work
-    group_size: int = 1
-    gpus: tuple[int, int] = (0, 0)
-    steps: int = 1
 
 
 class OpKey(NamedTuple):

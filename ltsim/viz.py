@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ltsim.plan import STREAMS
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 

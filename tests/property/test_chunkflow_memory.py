@@ -6,7 +6,6 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ltsim.sim.engine import Engine
 from ltsim.strategies import get_strategy
 from tests.conftest import unit_ctx, unit_engine
 

@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ltsim.plan import OpKind
-from ltsim.sim.engine import Engine
 from ltsim.strategies import REGISTRY
 from tests.conftest import unit_ctx, unit_engine
 
