@@ -62,13 +62,3 @@ def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
         return run_profile(device=args.device, out=args.out, models=list(args.models),
                            tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,
                            progress=progress is not None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m ltsim.profiler ...`: the same command without the `ltsim` front end.
-
-    Kept for ltsim/profiler/__main__.py; the command (messages, exit codes) is ltsim.cli's.
-    """
-    from ltsim.cli import profile_main
-
-    return profile_main(argv)

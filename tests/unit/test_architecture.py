@@ -34,8 +34,8 @@ SIDE = {"profiler", "executor"}
 # The only modules that print or write to sys.stdout / sys.stderr: the command line.
 PRINTERS = {"cli.py"}
 # Functions that are command-line entry points without being in cli.py; each may import ltsim.cli.
-# ltsim/profiler/__main__.py calls profiler/cli.py's main (`python -m ltsim.profiler`).
-ENTRY_POINTS = {("profiler/cli.py", "main")}
+# ltsim/profiler/__main__.py is `python -m ltsim.profiler`: the front end's profile command.
+ENTRY_POINTS = {("profiler/__main__.py", "")}
 
 
 def _top(module: str) -> str:
