@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a swept key and its values (repeatable)")
     p.add_argument("--executor", default="local", help="local | local:N | dask://HOST:PORT")
     p.add_argument("--db", type=Path, help="SQLite results store (resumes an interrupted sweep)")
-    p.add_argument("--plot", type=Path, help="heatmap PNG over the first two grid keys")
+    p.add_argument("--plot", type=Path, help="heatmap PNG over the first two grid keys (a line "
+                   "chart with one key)")
     p.add_argument("--top", type=int, default=20, help="rows to print")
     p = sub.add_parser("profile", help="measure cost tables on this machine")
     _add_profile_args(p)
@@ -144,13 +145,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base = load_scenario(args.scenario, args.set)
     results = []
     for name, opts in parse_strategy_list(args.strategies):
-        keep = base.strategy_options if name.lower() == base.strategy.lower() else {}
+        keep = _shared_options(base.strategy_options, name)
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
         scenario = _rebuild(raw, base.source)
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
         results.append((label, simulate(scenario).to_dict()))
     _print(compare_rows(results), format_compare(results), args.json)
     return EXIT_OK
+
+
+def _shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
+    """The scenario's strategy options that strategy ``name`` also takes (e.g. skrull's
+    bucket_size for deepspeed-cp), so a comparison runs both on the same footing."""
+    import dataclasses
+
+    from ltsim.strategies import get_strategy
+
+    accepted = {f.name for f in dataclasses.fields(get_strategy(name).options_type)}
+    return {k: v for k, v in options.items() if k in accepted}
 
 
 def _rebuild(raw: dict[str, Any], source: str):
@@ -187,17 +199,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     show = _progress_bar(time.perf_counter()) if sys.stderr.isatty() and not args.json else None
     rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show))
     keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
-    if args.plot and len(keys) >= 2:
+    figure = ""
+    if args.plot:
         import pandas as pd
 
-        from ltsim.viz_sweep import plot_heatmap
+        from ltsim.viz_sweep import plot_heatmap, plot_line
 
         frame = pd.DataFrame([r for r in rows if "error" not in r])
-        plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
-                     path=args.plot, title=f"{scenario.name}: iteration time")
+        title = f"{scenario.name}: iteration time"
+        if len(keys) >= 2:
+            plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
+                         path=args.plot, title=title)
+            figure = "heatmap"
+        else:
+            plot_line(frame, x=keys[0], value="iteration_time_s", feasible="fits",
+                      path=args.plot, title=title)
+            figure = "line chart"
     print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
-    if args.plot and not args.json:
-        print(f"heatmap written to {args.plot}")
+    if figure and not args.json:
+        print(f"{figure} written to {args.plot}")
     return EXIT_OK
 
 

@@ -37,10 +37,13 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     cost = cost or make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
-    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel)
+    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
-    for batch in scenario.workload.sample(scenario.seed):
+    workload = scenario.workload
+    if strategy.batching is not None:
+        workload = workload.with_batching(strategy.batching)
+    for batch in workload.sample(scenario.seed):
         plan = strategy.plan(batch, ctx, options)
         trace = engine.run(plan)
         flops = sum(cost.model_flops(chunk) for chunk in plan.chunks)

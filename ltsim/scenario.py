@@ -29,7 +29,7 @@ SCHEMA: dict[str, dict[str, str]] = {
     "parallel": {"tp": _INT, "cp": _INT, "cp_kind": _STR, "pp": _INT, "dp": _INT,
                  "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL},
     "workload": {"dataset": _STR, "max_length": _INT, "global_batch_size": _INT,
-                 "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT},
+                 "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR},
 }
 _CHECK = {_INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
           _STR: lambda v: isinstance(v, str), _BOOL: lambda v: isinstance(v, bool),

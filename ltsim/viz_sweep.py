@@ -1,4 +1,5 @@
-"""Sweep figures: the heatmap of a metric over two grid keys (ChunkSize x K, BucketSize x batch).
+"""Sweep figures: the heatmap of a metric over two grid keys (ChunkSize x K, BucketSize x batch),
+and the line chart over one key (BucketSize), with the points that do not fit marked.
 
 Built like ltsim/viz.py's figures (Agg canvas, no pyplot state); matplotlib is imported inside the
 functions only.
@@ -67,3 +68,29 @@ def _annotate_cells(ax: "Axes", values, infeasible, image) -> None:
         else:
             ax.text(col, row, f"{v:.3g}", ha="center", va="center", fontsize=9,
                     color="white" if _is_dark(image.cmap(image.norm(v))) else "black")
+
+
+def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path: str | Path,
+              title: str = "", minimize: bool = True) -> Path:
+    """Column ``value`` against one swept key ``x`` (rows averaged per x). Points that fit are
+    joined by a line, points that do not are red crosses labelled OOM, and the best that fits is
+    ringed. Returns the written path; raises KeyError on a missing column."""
+    grouped = frame.groupby(x).agg(value=(value, "mean"), ok=(feasible, "all")).sort_index()
+    fig = _new_figure(7.0, 3.6)
+    ax = fig.add_subplot()
+    fits, oom = grouped[grouped["ok"]], grouped[~grouped["ok"]]
+    ax.plot(fits.index, fits["value"], marker="o", color="#1f77b4", lw=1.6, label="fits")
+    if len(oom):
+        ax.plot(oom.index, oom["value"], ls="none", marker="x", ms=9, mew=2, color="#d62728",
+                label="does not fit (OOM)")
+    subtitle = ""
+    if len(fits):
+        best = fits["value"].idxmin() if minimize else fits["value"].idxmax()
+        ax.plot([best], [fits.loc[best, "value"]], marker="o", ms=14, mfc="none", mec="#d62728",
+                mew=2, ls="none")
+        subtitle = f"best that fits: {x}={best} ({fits.loc[best, 'value']:.4g})"
+    ax.set(xlabel=x, ylabel=value)
+    ax.grid(color="0.9", lw=0.6)
+    ax.legend(frameon=False, fontsize=8)
+    ax.set_title("\n".join(t for t in (title, subtitle) if t), loc="left", fontsize=10)
+    return _save(fig, path)

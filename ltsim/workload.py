@@ -6,13 +6,17 @@ global batches to draw. Datasets live in ``ltsim.datasets``: the packaged real l
 histogram pick a bin by its mass and a length log-uniformly inside it (the rule is spelled out in
 ``ltsim.datasets``). Sequences longer than ``max_length`` are dropped before sampling, as the papers do.
 
+``batching`` says how a dataset's sequences are grouped into global batches: ``iid`` draws every sequence
+independently; ``sorted-groups`` is LongAlign's sorted batching (sort a large pool by length, cut consecutive
+groups of global-batch size, take groups in random order), so each batch holds sequences of similar length.
+
 ``describe`` gives the papers' table (share of sequences under 1K/4K/8K/32K/128K tokens, the longest, and a
 summary) for any dataset; ``plot_histogram`` draws a log-x histogram (matplotlib, imported lazily).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +31,10 @@ if TYPE_CHECKING:
 __all__ = ["Workload", "dataset_names", "describe", "format_describe", "plot_histogram"]
 
 THRESHOLDS_KIB = (1, 4, 8, 32, 128)  # the rows of ChunkFlow Table 1 / Skrull Table 1
+BATCHINGS = ("iid", "sorted-groups")
+# sorted-groups draws a pool of POOL_BATCHES global batches, a stand-in for "the whole dataset" that
+# LongAlign sorts: large enough that each cut group is length-homogeneous, small enough to sample fast.
+POOL_BATCHES = 32
 
 
 def _is_int(value: object) -> bool:
@@ -48,6 +56,11 @@ class Workload:
     max_length: int = 0  # 0: no limit; longer sequences are dropped, as the papers do
     global_batch_size: int = 0  # 0: len(lengths)
     num_batches: int = 1
+    batching: str = "iid"
+    """How a dataset's sequences form global batches: ``"iid"`` (independent draws) or ``"sorted-groups"``
+    (LongAlign's sorted batching: sort a pool of ``POOL_BATCHES`` global batches by length, cut consecutive
+    groups of ``global_batch_size``, take ``num_batches`` groups in random order, each kept in ascending
+    order). With ``lengths`` or ``fixed_length``, ``"sorted-groups"`` sorts each batch ascending."""
 
     def validate(self) -> "Workload":
         """Check the fields and that the dataset resolves (reads a user file once). Raises ConfigError."""
@@ -55,6 +68,9 @@ class Workload:
         if len(given) != 1:
             raise ConfigError("workload", "given exactly one of dataset, lengths, fixed_length",
                               given or "none", "set one of them in [workload]")
+        if not isinstance(self.batching, str) or self.batching not in BATCHINGS:
+            raise ConfigError("workload.batching", f"one of {', '.join(BATCHINGS)}", self.batching,
+                              'set workload.batching = "iid" (independent draws) or "sorted-groups"')
         if self.lengths and any(not _is_int(n) or n < 1 for n in self.lengths):
             raise ConfigError("workload.lengths", "a list of positive integers", list(self.lengths))
         for key in ("fixed_length", "max_length"):
@@ -78,6 +94,10 @@ class Workload:
     def batch_size(self) -> int:
         return self.global_batch_size or len(self.lengths)
 
+    def with_batching(self, batching: str) -> "Workload":
+        """A copy with ``batching`` replaced (checked by ``validate``, as every field is)."""
+        return replace(self, batching=batching)
+
     def source(self) -> LengthBins | LengthArray:
         """The dataset's length source with sequences above ``max_length`` dropped. Raises ConfigError."""
         if not isinstance(self.dataset, str) or not self.dataset.strip():
@@ -88,18 +108,32 @@ class Workload:
         """``num_batches`` global batches, each a tuple of ``batch_size`` sequence lengths in tokens.
 
         Deterministic: the same seed gives the same batches (``numpy.random.default_rng(seed)``).
+        With ``batching = "sorted-groups"`` each batch is in ascending length order (see ``batching``).
         Raises ConfigError for an invalid workload.
         """
         self.validate()
-        if self.lengths:
-            return tuple(tuple(self.lengths) for _ in range(self.num_batches))
-        if self.fixed_length:
-            batch = (self.fixed_length,) * self.global_batch_size
-            return tuple(batch for _ in range(self.num_batches))
+        sort = self.batching == "sorted-groups"
+        if self.lengths or self.fixed_length:
+            batch = tuple(self.lengths) or (self.fixed_length,) * self.global_batch_size
+            return (tuple(sorted(batch)) if sort else batch,) * self.num_batches
         rng = np.random.default_rng(seed)
-        draws = self.source().draw(rng, self.num_batches * self.global_batch_size)
-        rows = draws.reshape(self.num_batches, self.global_batch_size).tolist()
-        return tuple(tuple(row) for row in rows)
+        if sort:
+            rows = self._sorted_groups(rng)
+        else:
+            draws = self.source().draw(rng, self.num_batches * self.global_batch_size)
+            rows = draws.reshape(self.num_batches, self.global_batch_size)
+        return tuple(tuple(row) for row in rows.tolist())
+
+    def _sorted_groups(self, rng: np.random.Generator) -> np.ndarray:
+        """LongAlign's sort_and_group: sort a pool by length, cut consecutive groups, pick groups at random.
+
+        The pool holds ``max(POOL_BATCHES, num_batches)`` global batches, so no group is used twice.
+        Returns a ``(num_batches, global_batch_size)`` array whose rows are ascending.
+        """
+        num_groups = max(POOL_BATCHES, self.num_batches)
+        pool = self.source().draw(rng, num_groups * self.global_batch_size)
+        groups = np.sort(pool, kind="stable").reshape(num_groups, self.global_batch_size)
+        return groups[rng.choice(num_groups, size=self.num_batches, replace=False)]
 
 
 def _truncated(source: LengthBins | LengthArray, max_length: int, key: str) -> LengthBins | LengthArray:

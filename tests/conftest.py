@@ -16,10 +16,13 @@ REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "scenarios"
 
 
-def unit_ctx(pp: int = 1, dp: int = 1, recompute: str = "selective") -> PlanContext:
+def unit_ctx(pp: int = 1, dp: int = 1, recompute: str = "selective", cp: int = 1,
+             zero_stage: int = 1) -> PlanContext:
     """A planning context on the unit preset (costs = tokens, free comm)."""
     return PlanContext(model=get_model("qwen2.5-7b"),
-                       parallel=ParallelConfig(pp=pp, dp=dp, recompute=recompute))
+                       parallel=ParallelConfig(pp=pp, dp=dp, cp=cp, recompute=recompute,
+                                               zero_stage=zero_stage),
+                       cost=UnitCostModel())
 
 
 def unit_engine() -> Engine:

@@ -7,7 +7,8 @@ sequence parallelism after the all-gather):
     QKV (T, h) @ (h, (h + 2 kv_h)/tp); out (T, h/tp) @ (h/tp, h); MLP up (T, h) @ (h, g ffn/tp),
     g = 2 for SwiGLU else 1; down (T, ffn/tp) @ (ffn/tp, h)
   attention: per slice, q = its tokens, kv = context + q, heads/tp, from attention.csv; ring CP
-    splits the work over cp ranks; Ulysses runs heads/(tp*cp) on each whole slice
+    runs cp kernels of (q/cp, kv/cp) blocks on each rank; Ulysses runs heads/(tp*cp) on each
+    whole slice
   elementwise: from the profile's elementwise.csv when it has the model's widths, else bytes moved /
     HBM bandwidth, an unvalidated estimate of (10 h + 3 g ffn/tp) x dtype bytes per token per layer:
     two norms (read + write h) and two residual adds (read 2h, write h), plus the MLP activation
@@ -126,9 +127,17 @@ class ComputeCosts:
             return self.profile.attention_time_s(q, kv, num_heads=max(1, heads // split.cp),
                                                  num_kv_heads=max(1, kv_heads // split.cp),
                                                  head_dim=m.head_dim, pass_=pass_)
-        # Ring (Megatron CP with load-balanced zig-zag chunks): each rank does 1/cp of the work.
-        return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
-                                             head_dim=m.head_dim, pass_=pass_) / split.cp
+        if split.cp == 1:
+            return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
+                                                 head_dim=m.head_dim, pass_=pass_)
+        # Ring CP (Megatron's load-balanced zig-zag): each rank runs cp steps, each a kernel over its
+        # q/cp queries and one kv/cp block, 1/cp of the work in cp small kernels. Pricing the
+        # blocks, not the whole slice / cp, keeps the small-kernel inefficiency that makes CP slow
+        # for short sequences (Skrull Fig. 1b); the work, q (ctx + q/2) / cp, is the same.
+        q_block, kv_block = -(-q // split.cp), -(-kv // split.cp)
+        return split.cp * self.profile.attention_time_s(q_block, kv_block, num_heads=heads,
+                                                        num_kv_heads=kv_heads, head_dim=m.head_dim,
+                                                        pass_=pass_)
 
     def _head_s(self, tokens: int, tp: int, backward: bool) -> float:
         m = self.model

@@ -1,7 +1,9 @@
 """Strategy registry: plain dict, case-insensitive lookup that lists the valid names.
 
 A strategy is a module with ``NAME``, a frozen ``Options`` dataclass and
-``plan(batch, ctx, options) -> Plan``. It never talks to the engine or to torch.
+``plan(batch, ctx, options) -> Plan``, and optionally ``BATCHING``: the workload batching its
+global batches are sampled with (LongAlign's sorted groups). It never talks to the engine or to
+torch.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan
-from ltsim.strategies import chunkflow, megatron_1f1b
+from ltsim.strategies import (chunkflow, deepspeed_cp, megatron_1f1b, skrull,
+                              sorted_batching)
 from ltsim.strategies.base import PlanContext, parse_options
 
 
@@ -22,6 +25,7 @@ class Strategy:
     name: str
     options_type: type
     plan_fn: Callable[[tuple[int, ...], PlanContext, Any], Plan]
+    batching: str | None = None  # the workload batching this strategy needs, if any
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)
@@ -37,10 +41,11 @@ class Strategy:
 
 
 def _entry(module: ModuleType) -> Strategy:
-    return Strategy(module.NAME, module.Options, module.plan)
+    return Strategy(module.NAME, module.Options, module.plan, getattr(module, "BATCHING", None))
 
 
-REGISTRY: dict[str, Strategy] = {s.name: s for s in (_entry(megatron_1f1b), _entry(chunkflow))}
+REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
+    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching))}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ltsim.costs import CostModel
 from ltsim.errors import ConfigError
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
@@ -19,6 +20,7 @@ class PlanContext:
 
     model: ModelSpec
     parallel: ParallelConfig
+    cost: CostModel  # for strategies that size or balance with ltsim's own costs (Skrull)
 
 
 def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> Any:
@@ -29,9 +31,10 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
             known = ", ".join(sorted(fields)) or "none"
             raise ConfigError(f"strategy.{key}", f"an option of '{strategy}' ({known})", value,
                               "remove it or check the spelling")
-        expected = _TYPES.get(str(fields[key].type).split(" ")[0])
-        bad_bool = isinstance(value, bool) and expected is not bool
-        if expected is not None and (bad_bool or not isinstance(value, expected)):
+        names = [part.strip() for part in str(fields[key].type).split("|")]  # "int | str" unions
+        expected = [_TYPES[n] for n in names if n in _TYPES]
+        bad_bool = isinstance(value, bool) and "bool" not in names
+        if expected and (bad_bool or not any(isinstance(value, t) for t in expected)):
             raise ConfigError(f"strategy.{key}", f"of type {fields[key].type}", value)
     options = options_type(**raw)
     check = getattr(options, "validate", None)

@@ -16,11 +16,12 @@ per device and stream) to a new Draft:
   all-to-alls before attention, exposed. On a lockstep device the exchange is the device's own; on
   one rank of a CP group it is a collective of the group's ranks (they wait for each other);
 - ``add_dp_reduction``: the gradient reduction over the stage's data-parallel (and CP) shards on
-  the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), then
-  the optimizer step and, with a distributed optimizer, the parameter all-gather;
-- ``offload(kinds, sync)``: forward buffers of those kinds copied to host memory after the forward
-  and back before the chunk's first recompute or backward (ALST's checkpoint offload); not in the
-  default list.
+  the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), or,
+  with ZeRO-2 and no pipeline, a reduce-scatter every micro-step that the next one waits for
+  (DeepSpeed); then the optimizer step and, with a distributed optimizer, the parameter all-gather;
+- ``offload.offload(kinds, sync)`` (its own module): forward buffers of those kinds copied to host
+  memory after the forward and back before the chunk's first recompute or backward (ALST's
+  checkpoint offload); not in the default list.
 """
 
 from __future__ import annotations
@@ -228,15 +229,29 @@ def split_cp(draft: Draft) -> Draft:
             else:
                 steps = (split.cp - 1) * (2 if op.kind is OpKind.B else 1)
                 comm = Comm("send_recv", "kv", op.work, group_size=2, gpus=gpus, steps=steps)
+                local = _local_part(compute, op, device)
                 coll = Op(kind=OpKind.COLL, stream="cp", device=device.index, stage=device.stage,
                           chunk=op.chunk, name=f"cp-{op.kind.value}{suffix}", comm=comm,
-                          start_deps=(attn.key,), group=group)
+                          start_deps=((local or attn).key,), group=group)
+                if local is not None:  # the exchange runs beside the local work: attention waits
+                    attn = attn.evolve(deps=attn.deps + (coll.key,))
             dense = op.evolve(part="dense", allocs=(), deps=(coll.key,))
             compute += [attn, dense]
             cp.append(coll)
         changes[(device.index, "compute")] = compute
         changes[(device.index, "cp")] = cp
     return draft.update(changes)
+
+
+def _local_part(compute: list[Op], op: Op, device: Device) -> Op | None:
+    """On one rank of a CP group, the op just before ``op`` when it is the same step of the same
+    chunk over slices kept whole on this rank: Skrull's Eq. 2 overlaps the sharded slices' exchange
+    with that local work, max(T_comm, T_local) + T_dist."""
+    prev = compute[-1] if compute else None
+    if (device.cp_rank < 0 or prev is None or prev.kind is not op.kind or prev.chunk != op.chunk
+            or prev.work is None or prev.work.split.cp != 1):
+        return None
+    return prev
 
 
 def _cp_group(draft: Draft, device: Device, cp: int) -> tuple[tuple[int, ...], tuple[int, int]]:
@@ -252,30 +267,29 @@ def _cp_group(draft: Draft, device: Device, cp: int) -> tuple[tuple[int, ...], t
 
 # -- DP -------------------------------------------------------------------------------------------
 def add_dp_reduction(draft: Draft) -> Draft:
-    changes = {}
     devices = draft.schedule.devices
+    single_stage = all(d.stage == 0 for d in devices)  # DeepSpeed: no ZeRO-2 with its pipeline
+    chunks_of = {}  # a DP replica's micro-steps are its chunks, in order
+    for chunk in draft.schedule.chunks:
+        chunks_of.setdefault(chunk.replica, []).append(chunk.index)
+    changes = {}
     for device in devices:
         group = tuple(d.index for d in devices if d.stage == device.stage)
         compute = list(draft.ops(device.index))
         coll = list(draft.ops(device.index, "coll"))
         params = _params_work(device, draft.layout)
         gpus = _shard_gpus(draft, device)
-        distributed = device.zero_stage >= 1 and device.num_shards > 1
         grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce", "grads", params,
                      group_size=device.num_shards, gpus=gpus)
-        backs = [i for i, op in enumerate(compute) if op.kind is OpKind.B]
-        start = ()
-        if backs:  # the last backward's first part (its attention part when CP split it)
-            i = backs[-1]
-            while i > 0 and compute[i - 1].kind is OpKind.B and compute[i - 1].chunk == compute[i].chunk:
-                i -= 1
-            start = (compute[i].key,)
-        after = (compute[-1].key,) if compute and not start else ()  # no backward: after the last op
-        reduce = Op(kind=OpKind.COLL, device=device.index, stage=device.stage, name="dp-grad",
-                    comm=grads, group=group, start_deps=start, deps=after)
-        step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduce.key,))
-        coll.append(reduce)
-        if distributed:
+        if device.zero_stage >= 2 and device.num_shards > 1 and single_stage:
+            count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
+            reduces = _per_step_reduction(device, compute, chunks_of.get(device.replica, []), count,
+                                          grads, group)
+        else:
+            reduces = [_step_end_reduction(device, compute, grads, group)]
+        step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduces[-1].key,))
+        coll += reduces
+        if device.zero_stage >= 1 and device.num_shards > 1:
             coll.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                            name="dp-params", group=group, deps=(step.key,),
                            comm=Comm("all_gather", "params", params,
@@ -285,56 +299,46 @@ def add_dp_reduction(draft: Draft) -> Draft:
     return draft.update(changes)
 
 
-# -- host offload ---------------------------------------------------------------------------------
-def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
-    """A pass copying forward buffers of ``kinds`` to host memory after the forward and back before
-    the chunk's first recompute or backward (the copy back is prefetched: it may start once the
-    op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
-    reference code copies synchronously); otherwise only the consumer waits for the copy back."""
-
-    def run(draft: Draft) -> Draft:
-        changes = {}
-        for device in draft.schedule.devices:
-            compute = list(draft.ops(device.index))
-            copies = list(draft.ops(device.index, "copy"))
-            for buf in [b for op in compute if op.kind is OpKind.F for b in op.allocs
-                        if b.kind in kinds and not b.host]:
-                producer = next(i for i, op in enumerate(compute) if buf in op.allocs)
-                consumer = next((i for i, op in enumerate(compute) if i > producer
-                                 and op.chunk == buf.work.chunk and op.kind in (OpKind.R, OpKind.B)),
-                                None)
-                if consumer is None:
-                    continue
-                host = buf._replace(host=True)
-                tag = f"{buf.kind}-L{buf.work.layers[0]}"
-                out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
-                         chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
-                         comm=Comm("d2h", buf.kind, buf.work), frees=(buf,), allocs=(host,))
-                back = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
-                          chunk=buf.work.chunk, name=f"h2d-{tag}", allocs=(buf,), frees=(host,),
-                          comm=Comm("h2d", buf.kind, buf.work),
-                          deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
-                copies += [out, back]
-                compute[consumer] = compute[consumer].with_deps((back.key,))
-                if sync and producer + 1 < len(compute):
-                    nxt = compute[producer + 1]
-                    compute[producer + 1] = nxt.with_deps((out.key,))
-            changes[(device.index, "compute")] = compute
-            changes[(device.index, "copy")] = _ordered_copies(copies, compute)
-        return draft.update(changes)
-
-    return run
+def _step_end_reduction(device: Device, compute: list[Op], grads: Comm, group) -> Op:
+    """One reduction at the end of the step, started with the last backward's first part
+    (Megatron's overlap_grad_reduce); with no backward, after the last op."""
+    spans = _backward_spans(compute)
+    start = (compute[spans[-1][0]].key,) if spans else ()
+    after = (compute[-1].key,) if compute and not start else ()
+    return Op(kind=OpKind.COLL, device=device.index, stage=device.stage, name="dp-grad",
+              comm=grads, group=group, start_deps=start, deps=after)
 
 
-def _ordered_copies(copies: list[Op], compute: list[Op]) -> list[Op]:
-    """Copies in the order their triggers run on the compute stream (so the stream cannot stall
-    on a copy whose trigger comes later)."""
-    position = {op.key: i for i, op in enumerate(compute)}
+def _per_step_reduction(device: Device, compute: list[Op], chunks: list[int], count: int,
+                        grads: Comm, group) -> list[Op]:
+    """ZeRO-2 (DeepSpeed stage_1_and_2): a gradient reduce-scatter every micro-step (chunk m of the
+    replica), started with that step's backward on this device, and the device's next compute waits
+    for it, so every micro-step waits for the slowest rank of the group. A device with no work in a
+    micro-step, or a replica with fewer micro-steps, joins those reductions idle (DeepSpeed runs the
+    same number of micro-steps on every rank). Only the next micro-step's first op waits (not the
+    recompute of an earlier chunk, as ChunkFlow runs a group's backwards last chunk first). Without
+    pipeline stages only: DeepSpeed does not run ZeRO-2 with its pipeline engine, and with stages
+    the reduction stays at the step end."""
+    spans = {chunk: (first, last) for first, last, chunk in _backward_spans(compute)}
+    out = []
+    for m in range(count):
+        span = spans.get(chunks[m]) if m < len(chunks) else None
+        out.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
+                      name=f"dp-grad-{m}", comm=grads, group=group,
+                      start_deps=(compute[span[0]].key,) if span else ()))
+        nxt = span[1] + 1 if span else len(compute)
+        if nxt < len(compute) and compute[nxt].chunk > chunks[m]:  # the next micro-step waits
+            compute[nxt] = compute[nxt].with_deps((out[-1].key,))
+    return out
 
-    def trigger(op: Op) -> float:
-        return max((position.get(d, -1) for d in op.deps), default=-1) + (0.5 if "h2d" in op.name else 0)
 
-    return sorted(copies, key=trigger)
+def _backward_spans(ops) -> list[tuple[int, int, int]]:
+    """(first, last, chunk) index of each chunk's backward ops, in order of the last."""
+    spans: dict[int, list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind is OpKind.B:
+            spans.setdefault(op.chunk, [i, i])[1] = i
+    return sorted(((a, b, c) for c, (a, b) in spans.items()), key=lambda span: span[1])
 
 
 DEFAULT_PASSES: tuple[Pass, ...] = (add_p2p, add_zero3_gathers, split_cp, add_dp_reduction)

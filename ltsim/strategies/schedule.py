@@ -135,6 +135,23 @@ class Layout:
                               zero_stage=par.zero_stage, num_shards=par.dp * par.cp))
         return tuple(out)
 
+    def rank_devices(self) -> tuple[Device, ...]:
+        """One device per CP rank of every (replica, stage), for ranks of a CP group that do
+        different work (Skrull): index = (replica * pp + stage) * cp + cp rank."""
+        par = self.parallel
+        out = []
+        for replica in range(par.dp):
+            for stage in range(par.pp):
+                for rank in range(par.cp):
+                    out.append(Device(index=len(out), stage=stage, replica=replica,
+                                      layers=self.stage_layers[stage], embed=stage == 0,
+                                      head=stage == par.pp - 1, tp=par.tp, cp_width=1, cp_rank=rank,
+                                      zero_stage=par.zero_stage, num_shards=par.dp * par.cp))
+        return tuple(out)
+
+    def rank_device(self, replica: int, stage: int, rank: int) -> int:
+        return (replica * self.parallel.pp + stage) * self.parallel.cp + rank
+
     def gpus_of(self, device: Device) -> tuple[int, int]:
         """Lowest and highest GPU rank of a device (its tp x cp group)."""
         first = self.first_gpu(device.replica, device.stage)

@@ -21,6 +21,7 @@ from ltsim.executor.model import Transformer, pack_chunk  # noqa: E402
 from ltsim.executor.runtime import check_trace, execute_plan, make_tokens  # noqa: E402
 from ltsim.model import get_model  # noqa: E402
 from ltsim.parallel import ParallelConfig  # noqa: E402
+from ltsim.costs import UnitCostModel  # noqa: E402
 from ltsim.plan import OpKind  # noqa: E402
 from ltsim.sim.metrics import batch_metrics  # noqa: E402
 from ltsim.trace import Trace  # noqa: E402
@@ -36,7 +37,7 @@ TOL = 1e-10
 
 def make_plan(name: str, pp: int = 2, dp: int = 1, lengths=LENGTHS, **options):
     parallel = ParallelConfig(pp=pp, dp=dp, zero_stage=0)  # the executor's Adam is not sharded
-    ctx = PlanContext(model=SPEC, parallel=parallel)
+    ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
     strategy = get_strategy(name)
     return strategy.plan(tuple(lengths), ctx, strategy.parse(options)), parallel
 

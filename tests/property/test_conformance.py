@@ -24,7 +24,13 @@ from tests.conftest import unit_ctx, unit_engine
 SMALL_OPTIONS: dict[str, list[dict]] = {
     "megatron-1f1b": [{}, {"micro_batch_size": 2}, {"pack_tokens": 40}],
     "chunkflow": [{"chunk_size": 16, "k": 1}, {"chunk_size": 8, "k": 2}, {"chunk_size": 32, "k": 4}],
+    "skrull": [{"bucket_size": 40}, {"bucket_size": 24, "placement": "round-robin"},
+               {"bucket_size": 64, "scheduling": "none"}, {"bucket_size": 16, "rollback": False}],
+    "deepspeed-cp": [{"bucket_size": 40}, {"bucket_size": 40, "micro_batch_size": 1}],
+    "sorted-batching": [{"bucket_size": 64}],
 }
+# Layouts a strategy needs: DeepSpeed-based ones do not pipeline; CP ranks make them interesting.
+NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching"}
 
 
 def _cases():
@@ -35,12 +41,16 @@ def _cases():
 
 @pytest.mark.parametrize("name,options", list(_cases()))
 @settings(max_examples=25, deadline=None)
-@given(p=st.integers(1, 5), dp=st.integers(1, 2),
+@given(p=st.integers(1, 5), dp=st.integers(1, 2), cp=st.sampled_from([1, 2, 4]),
        lengths=st.lists(st.integers(1, 64 * 4), min_size=2, max_size=16),
        recompute=st.sampled_from(["none", "selective", "full"]))
-def test_strategy_conforms(name, options, p, dp, lengths, recompute):
+def test_strategy_conforms(name, options, p, dp, cp, lengths, recompute):
     strategy = REGISTRY[name]
-    ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
+    if name in NO_PIPELINE:
+        ctx = unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
+        p = 1
+    else:
+        ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
     plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
     covered = Counter()
     for op in plan.ops():

@@ -17,7 +17,8 @@ from ltsim.model import get_model
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Chunk, Device, Keep, OpKind, Slice, Split, op_key
 from ltsim.sim.engine import Engine
-from ltsim.strategies.lowering import DEFAULT_PASSES, lower, offload
+from ltsim.strategies.lowering import DEFAULT_PASSES, lower
+from ltsim.strategies.offload import offload
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions, one_f_one_b
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, mems
 
@@ -65,8 +66,13 @@ def test_ranks_of_one_cp_group_do_different_local_work_and_share_a_sharded_seque
                  layout).validate()
     trace = Engine(UnitCostModel()).run(plan)
     assert trace.peak_memory_bytes() == [6 + 4, 2 + 4]  # per-rank memory: local + its shard
-    cp_starts = {e.device: e.start_s for e in trace.events if e.token == "s0COLL0[cp-F-shared]"}
-    assert cp_starts == {0: 6.0, 1: 6.0}  # rank 1 (done at t=2) waits for rank 0 at the exchange
+    starts = {(e.device, e.token): e.start_s for e in trace.events}
+    # Skrull's Eq. 2: the shared sequence's exchange runs beside the local work (both ranks start
+    # it at t=0). The backward runs the shared part first, so its exchange starts with its
+    # attention, once both ranks are there (rank 1 at 6, rank 0 at 10): rank 1 waits for rank 0.
+    assert starts[(0, "s0COLL0[cp-F-shared]")] == starts[(1, "s0COLL0[cp-F-shared]")] == 0.0
+    assert starts[(0, "s0COLL0[cp-B-shared]")] == starts[(1, "s0COLL0[cp-B-shared]")] == 10.0
+    assert starts[(1, "s0B0[attn-shared]")] == 6.0 and starts[(1, "s0B0[shared]")] >= 10.0
     assert plan.program(0, "cp").ops[0].group == (0, 1)
     # every token forwarded and backwarded once: dropping rank 1's shard breaks coverage
     broken = dataclasses.replace(plan, programs=tuple(

@@ -54,7 +54,7 @@ def test_override_uses_toml_syntax(tmp_path):
      r"parallel\.pp must be such that tp\*cp\*pp divides the 4 devices \(got 3\)"),
     (BASE + "\n[extra]\nx = 1\n", r"extra must be a known section"),
     (BASE.replace('name = "megatron-1f1b"', 'name = "megatron"'),
-     r"strategy\.name must be one of chunkflow, megatron-1f1b"),
+     r"strategy\.name must be one of chunkflow, deepspeed-cp, megatron-1f1b, skrull, sorted-batching"),
     (BASE.replace('name = "megatron-1f1b"', 'name = "megatron-1f1b"\nmicro_batch = 2'),
      r"strategy\.micro_batch must be an option of 'megatron-1f1b'"),
     (BASE.replace("lengths = [4, 2, 1, 1]", "lengths = [4, -2]"),
@@ -79,3 +79,27 @@ def test_missing_file_exit_code(capsys):
 def test_bad_override_syntax(tmp_path, capsys):
     assert main(["simulate", str(_write(tmp_path, BASE)), "--set", "parallel.pp"]) == 2
     assert "section.key=value" in capsys.readouterr().err
+
+
+def test_workload_batching_from_file_and_override(tmp_path):
+    path = _write(tmp_path, BASE)
+    assert load_scenario(path).workload.batching == "iid"
+    scenario = load_scenario(path, ['workload.batching="sorted-groups"'])
+    assert scenario.workload.batching == "sorted-groups"
+    assert scenario.workload.sample(seed=0) == ((1, 1, 2, 4),)
+    text = BASE.replace("lengths = [4, 2, 1, 1]", 'lengths = [4, 2, 1, 1]\nbatching = "sorted-groups"')
+    assert load_scenario(_write(tmp_path, text)).workload.batching == "sorted-groups"
+    assert main(["simulate", str(path), "--set", 'workload.batching="sorted-groups"']) == 0
+
+
+def test_bad_workload_batching_exits_2(tmp_path, capsys):
+    path = str(_write(tmp_path, BASE))
+    with pytest.raises(ConfigError, match=r"s\.toml @ workload\.batching must be one of iid, sorted-groups "
+                                          r"\(got 'sorted'\)"):
+        load_scenario(path, ['workload.batching="sorted"'])
+    assert main(["simulate", path, "--set", 'workload.batching="sorted"']) == 2
+    err = capsys.readouterr().err
+    assert "workload.batching must be one of iid, sorted-groups (got 'sorted')" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["simulate", path, "--set", "workload.batching=3"]) == 2
+    assert "workload.batching must be a string (got 3)" in capsys.readouterr().err

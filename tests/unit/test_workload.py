@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from ltsim.datasets import LengthArray, LengthBins, dataset_names, load_dataset
 from ltsim.errors import ConfigError
-from ltsim.workload import Workload, describe, format_describe, plot_histogram
+from ltsim.workload import POOL_BATCHES, Workload, describe, format_describe, plot_histogram
 
 SHARED_DATA = Path("/work/shared/data")
 K = 1024
@@ -177,6 +178,97 @@ def test_lengths_and_fixed_length_keep_their_behaviour() -> None:
         Workload(fixed_length=8, max_length=4, global_batch_size=3).validate()
     with pytest.raises(ConfigError, match=r"'workload' must be given exactly one"):
         Workload(dataset="wikipedia", fixed_length=8, global_batch_size=3).validate()
+
+
+# ---- batching: iid and LongAlign's sorted groups ----------------------------------------------------
+
+def _spread(batch: tuple[int, ...]) -> float:
+    return max(batch) / min(batch)
+
+
+def test_iid_is_the_default_and_unchanged() -> None:
+    default = Workload(dataset="wikipedia", global_batch_size=64, num_batches=3)
+    assert default.batching == "iid"
+    iid = Workload(dataset="wikipedia", global_batch_size=64, num_batches=3, batching="iid")
+    assert iid.sample(seed=5) == default.sample(seed=5)
+    # the iid path is a plain reshape of one seeded draw, as before sorted-groups existed
+    flat = default.source().draw(np.random.default_rng(5), 3 * 64).tolist()
+    assert [n for b in default.sample(seed=5) for n in b] == flat
+
+
+def test_sorted_groups_are_consecutive_sorted_slices_of_a_pool() -> None:
+    w = Workload(dataset="wikipedia", global_batch_size=64, num_batches=8, batching="sorted-groups")
+    batches = w.sample(seed=11)
+    assert len(batches) == 8 and all(len(b) == 64 for b in batches)
+    assert all(list(b) == sorted(b) for b in batches)
+    ordered = sorted(batches, key=lambda b: (b[0], b[-1]))
+    assert all(a[-1] <= b[0] for a, b in zip(ordered, ordered[1:]))  # the groups do not interleave
+    # the groups are cut from one sorted pool of POOL_BATCHES global batches drawn with the seed
+    pool = np.sort(w.source().draw(np.random.default_rng(11), POOL_BATCHES * 64), kind="stable")
+    groups = [tuple(g) for g in pool.reshape(POOL_BATCHES, 64).tolist()]
+    assert all(b in groups for b in batches)
+    assert len(set(batches)) == 8  # groups are drawn without replacement
+
+
+def test_sorted_groups_deterministic_and_differ_from_iid() -> None:
+    w = Workload(dataset="lmsys-chat-1m", global_batch_size=32, num_batches=4, batching="sorted-groups")
+    assert w.sample(seed=3) == w.sample(seed=3)
+    assert w.sample(seed=3) != w.sample(seed=4)
+    assert w.sample(seed=3) != w.with_batching("iid").sample(seed=3)
+
+
+def test_sorted_groups_take_random_groups_not_the_first_ones() -> None:
+    w = Workload(dataset="wikipedia", global_batch_size=16, num_batches=4, batching="sorted-groups")
+    firsts = {tuple(sorted(b[0] for b in w.sample(seed=s))) for s in range(5)}
+    assert len(firsts) > 1
+    # and in random order: over a few seeds, some draw is not in ascending group order
+    assert any([b[0] for b in w.sample(seed=s)] != sorted(b[0] for b in w.sample(seed=s)) for s in range(5))
+
+
+def test_more_batches_than_the_pool_grows_the_pool() -> None:
+    n = POOL_BATCHES + 8
+    w = Workload(dataset="wikipedia", global_batch_size=8, num_batches=n, batching="sorted-groups")
+    batches = w.sample(seed=2)
+    assert len(batches) == n and all(list(b) == sorted(b) for b in batches)
+    flat = sorted(x for b in batches for x in b)  # every group used once: together they are the pool
+    pool = np.sort(w.source().draw(np.random.default_rng(2), n * 8)).tolist()
+    assert flat == pool
+
+
+def test_sorted_groups_shrink_the_length_spread_on_lmsys() -> None:
+    base = Workload(dataset="lmsys-chat-1m", global_batch_size=64, num_batches=16)
+    iid = base.sample(seed=0)
+    grouped = base.with_batching("sorted-groups").sample(seed=0)
+    iid_spread = float(np.median([_spread(b) for b in iid]))
+    grouped_spread = float(np.median([_spread(b) for b in grouped]))
+    assert iid_spread > 100  # an lmsys batch mixes a few-token turn with a multi-K conversation
+    assert grouped_spread < 3 and grouped_spread * 50 < iid_spread
+
+
+def test_sorted_groups_with_lengths_and_fixed_length_sort_each_batch() -> None:
+    lengths = Workload(lengths=(4, 2, 9, 1), num_batches=2)
+    assert lengths.with_batching("sorted-groups").sample(seed=0) == ((1, 2, 4, 9),) * 2
+    assert lengths.sample(seed=0) == ((4, 2, 9, 1),) * 2
+    fixed = Workload(fixed_length=8, global_batch_size=3, batching="sorted-groups")
+    assert fixed.sample(seed=0) == ((8, 8, 8),)
+
+
+def test_with_batching_returns_a_copy() -> None:
+    w = Workload(dataset="wikipedia", global_batch_size=4)
+    grouped = w.with_batching("sorted-groups")
+    assert grouped.batching == "sorted-groups" and w.batching == "iid"
+    assert grouped.dataset == "wikipedia" and grouped.global_batch_size == 4
+
+
+@pytest.mark.parametrize("value", ["sorted", "", "SORTED-GROUPS", 1, None])
+def test_bad_batching_names_the_key(value: object) -> None:
+    w = Workload(dataset="wikipedia", global_batch_size=4, batching=value)  # type: ignore[arg-type]
+    message = (rf"^'workload\.batching' must be one of iid, sorted-groups \(got {re.escape(repr(value))}\)\. "
+               r"Fix: set workload\.batching = \"iid\"")
+    with pytest.raises(ConfigError, match=message):
+        w.validate()
+    with pytest.raises(ConfigError, match=message):
+        w.sample(seed=0)
 
 
 # ---- user files ------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def _time(fn, repeats: int) -> tuple[float, object]:
 
 def case(name: str, strategy: str, batch: tuple[int, ...], pp: int, options: dict, repeats: int):
     cost = UnitCostModel()
-    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=pp))
+    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=pp), cost=cost)
     strat = get_strategy(strategy)
     opts = strat.parse(options)
     plan_s, plan = _time(lambda: strat.plan(batch, ctx, opts), repeats)

@@ -1,0 +1,113 @@
+"""DeepSpeed ZeRO with context parallelism over the whole CP group: Skrull's main baseline
+(seeds/skrull.md section 5; PAPERS.md sections 3.3 and 7).
+
+Every sequence is sharded over all cp ranks (ring or Ulysses, ``parallel.cp_kind``). A DP rank's
+share of the global batch is cut, in batch order, into micro-batches of at most C x cp tokens,
+C being the per-rank BucketSize Skrull uses; a longer sequence gets a micro-batch to itself
+(``micro_batch_size = n`` instead takes n sequences per micro-batch, DeepSpeed's
+``train_micro_batch_size_per_gpu``). Each
+micro-batch runs forward then backward (gradient accumulation, no pipeline). With ZeRO-2
+(``parallel.zero_stage = 2``, the paper's setting) the lowering adds a gradient reduce-scatter per
+micro-step, so every micro-step waits for the slowest rank; ZeRO-2's memory (sharded gradients and
+optimizer state) is the memory model's. Reading [I] of PAPERS.md 3.3: the paper does not say how
+its baseline forms micro-batches; this is the reading its step-by-step study implies.
+
+Also the home of what DeepSpeed-based strategies share: the BucketSize (``bucket_tokens``) and
+the in-order packing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ltsim.errors import ConfigError
+from ltsim.plan import Buffer, Chunk, Plan, Slice, Split, Work
+from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.lowering import lower
+from ltsim.strategies.pipeline import kept_actions
+from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy
+
+NAME = "deepspeed-cp"
+_PROBE_TOKENS = 1 << 20  # activation bytes are linear in tokens; a large probe avoids rounding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    bucket_size: int | str = "auto"  # C: tokens per rank per micro-batch, or "auto" (bucket_tokens)
+    micro_batch_size: int = 0  # 0: pack up to C x cp tokens; n: n sequences (DeepSpeed's
+    # train_micro_batch_size_per_gpu; gradient accumulation over the rest)
+
+    def validate(self) -> None:
+        check_bucket(self.bucket_size)
+        positive("micro_batch_size", self.micro_batch_size, allow_zero=True)
+
+
+def check_bucket(value: int | str) -> None:
+    if value != "auto" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError("strategy.bucket_size", 'a positive number of tokens or "auto"', value,
+                          'e.g. strategy.bucket_size = 13312, or "auto" to derive it from memory')
+
+
+def check_no_pipeline(ctx: PlanContext, name: str) -> None:
+    if ctx.parallel.pp != 1:
+        raise ConfigError("parallel.pp", f"1 for {name} (DeepSpeed ZeRO runs without pipeline "
+                          "parallelism)", ctx.parallel.pp, "set parallel.pp = 1")
+
+
+def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str) -> int:
+    """BucketSize C in tokens per rank. "auto": Skrull's Eq. 12, Memory(S) = alpha S + beta, solved
+    for the largest S that fits: (usable device memory - static memory) / activation bytes per
+    token of one whole sequence on one rank (all layers, embedding and logits, the recompute
+    policy's activations), from ltsim's memory model."""
+    if value != "auto":
+        return int(value)
+    device = layout.rank_devices()[0]
+    par = ctx.parallel
+    work = Work(chunk=0, slices=(Slice(0, 0, _PROBE_TOKENS),), layers=device.layers,
+                split=Split(tp=par.tp, sp=par.sequence_parallel), embed=True, head=True)
+    per_token = ctx.cost.buffer_bytes(Buffer("act", work, keep_policy(par.recompute))) / _PROBE_TOKENS
+    free = ctx.cost.memory_limit_bytes - ctx.cost.static_memory_bytes(device)
+    if per_token <= 0:
+        return 1 << 40  # the unit preset's toy model charges no memory per token here
+    return max(1, int(free / per_token))
+
+
+def pack_in_order(seq_ids: list[int], lengths: tuple[int, ...], limit: int) -> list[list[int]]:
+    """Consecutive sequences up to ``limit`` tokens per micro-batch (a longer one alone)."""
+    groups: list[list[int]] = []
+    used = 0
+    for seq in seq_ids:
+        if not groups or used + lengths[seq] > limit:
+            groups.append([])
+            used = 0
+        groups[-1].append(seq)
+        used += lengths[seq]
+    return groups
+
+
+def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: str) -> Schedule:
+    """Micro-batches of whole sequences, sharded over the CP group, on lockstep devices."""
+    check_no_pipeline(ctx, name)
+    layout = Layout.of(ctx.parallel, ctx.model.num_layers)
+    limit = bucket_tokens(ctx, layout, options.bucket_size) * ctx.parallel.cp
+    keep = keep_policy(ctx.parallel.recompute)
+    chunks: list[Chunk] = []
+    orders: dict[int, list[Action]] = {}
+    size = options.micro_batch_size
+    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+        actions: list[Action] = []
+        groups = ([seq_ids[i:i + size] for i in range(0, len(seq_ids), size)] if size else
+                  pack_in_order(seq_ids, batch, limit))
+        for group in groups:
+            chunk = Chunk(len(chunks), tuple(Slice(s, 0, batch[s]) for s in group), replica)
+            chunks.append(chunk)
+            forward, backward = kept_actions(chunk.index, keep)
+            actions += forward + backward
+        orders[layout.device(replica, 0)] = actions
+    return Schedule(strategy=name, options=asdict(options), seq_lengths=tuple(batch),
+                    chunks=tuple(chunks), devices=layout.devices(), orders=orders)
+
+
+def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    return lower(schedule(batch, ctx, options, NAME), Layout.of(ctx.parallel, ctx.model.num_layers))
+

@@ -1,0 +1,59 @@
+"""Host offload, a lowering pass a strategy may add (ALST's activation-checkpoint offload): forward
+buffers copied to host memory on the copy stream after the forward, and back before the chunk's
+first recompute or backward."""
+
+from __future__ import annotations
+
+from ltsim.plan import Comm, Op, OpKind
+from ltsim.strategies.lowering import Draft, Pass
+
+
+def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
+    """A pass copying forward buffers of ``kinds`` to host memory after the forward and back before
+    the chunk's first recompute or backward (the copy back is prefetched: it may start once the
+    op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
+    reference code copies synchronously); otherwise only the consumer waits for the copy back."""
+
+    def run(draft: Draft) -> Draft:
+        changes = {}
+        for device in draft.schedule.devices:
+            compute = list(draft.ops(device.index))
+            copies = list(draft.ops(device.index, "copy"))
+            for buf in [b for op in compute if op.kind is OpKind.F for b in op.allocs
+                        if b.kind in kinds and not b.host]:
+                producer = next(i for i, op in enumerate(compute) if buf in op.allocs)
+                consumer = next((i for i, op in enumerate(compute) if i > producer
+                                 and op.chunk == buf.work.chunk and op.kind in (OpKind.R, OpKind.B)),
+                                None)
+                if consumer is None:
+                    continue
+                host = buf._replace(host=True)
+                tag = f"{buf.kind}-L{buf.work.layers[0]}"
+                out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
+                         chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
+                         comm=Comm("d2h", buf.kind, buf.work), frees=(buf,), allocs=(host,))
+                back = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
+                          chunk=buf.work.chunk, name=f"h2d-{tag}", allocs=(buf,), frees=(host,),
+                          comm=Comm("h2d", buf.kind, buf.work),
+                          deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
+                copies += [out, back]
+                compute[consumer] = compute[consumer].with_deps((back.key,))
+                if sync and producer + 1 < len(compute):
+                    nxt = compute[producer + 1]
+                    compute[producer + 1] = nxt.with_deps((out.key,))
+            changes[(device.index, "compute")] = compute
+            changes[(device.index, "copy")] = _ordered_copies(copies, compute)
+        return draft.update(changes)
+
+    return run
+
+
+def _ordered_copies(copies: list[Op], compute: list[Op]) -> list[Op]:
+    """Copies in the order their triggers run on the compute stream (so the stream cannot stall
+    on a copy whose trigger comes later)."""
+    position = {op.key: i for i, op in enumerate(compute)}
+
+    def trigger(op: Op) -> float:
+        return max((position.get(d, -1) for d in op.deps), default=-1) + (0.5 if "h2d" in op.name else 0)
+
+    return sorted(copies, key=trigger)
