@@ -14,18 +14,26 @@ A regression file lists cases; each compares a candidate scenario with a baselin
 A case fails when the predicted speedup (baseline time / candidate time) is below ``min_speedup``,
 drifts from ``expected_speedup`` by more than ``tolerance``, or the candidate does not fit in memory.
 Paths are relative to the regression file's directory's parent when they do not exist as given.
+
+Every case is checked, and both of its scenarios loaded, before any simulation runs: a typo in the
+last case fails at once, naming the file and ``case[i].key``. ``--update`` rewrites only the
+``expected_speedup`` values (tomlkit), so comments, order and quoting stay as written.
 """
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field, replace
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ltsim.errors import ConfigError
+from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
 
 _KEYS = {"name", "baseline", "candidate", "min_speedup", "expected_speedup", "tolerance", "set"}
+_STR, _NUM = "a string", "a number"
+_TYPES = {"name": _STR, "baseline": _STR, "candidate": _STR, "min_speedup": _NUM,
+          "expected_speedup": _NUM, "tolerance": _NUM}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,22 +48,52 @@ class Case:
 
 
 def load_cases(path: Path) -> list[Case]:
-    if not path.is_file():
-        raise ConfigError("check", "an existing regression TOML file", str(path))
-    raw = tomllib.loads(path.read_text())
-    cases = []
-    for i, item in enumerate(raw.get("case", [])):
-        unknown = set(item) - _KEYS
-        if unknown:
-            raise ConfigError(f"case[{i}].{sorted(unknown)[0]}", f"one of {', '.join(sorted(_KEYS))}",
-                              item[sorted(unknown)[0]], source=str(path))
-        for key in ("name", "baseline", "candidate"):
-            if key not in item:
-                raise ConfigError(f"case[{i}].{key}", "given", None, source=str(path))
-        cases.append(Case(**{**item, "set": tuple(item.get("set", ()))}))
-    if not cases:
-        raise ConfigError("case", "at least one [[case]] table", 0, source=str(path))
-    return cases
+    """Read and check a regression file. Raises ConfigError naming the file and ``case[i].key``."""
+    raw = read_toml_file(Path(path), "check", "regression TOML file")
+    source = str(path)
+    extra = sorted(set(raw) - {"case"})
+    if extra:
+        raise ConfigError(extra[0], "absent: a regression file holds only [[case]] tables", extra[0],
+                          "move it into a [[case]] table or remove it", source=source)
+    items = raw.get("case", [])
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ConfigError("case", "an array of [[case]] tables", type(items).__name__,
+                          "write each case under its own [[case]] header", source=source)
+    if not items:
+        raise ConfigError("case", "at least one [[case]] table", 0, source=source)
+    return [_case(i, item, source) for i, item in enumerate(items)]
+
+
+def _case(i: int, item: dict[str, Any], source: str) -> Case:
+    where = f"case[{i}]"
+    for key in sorted(item):
+        if key not in _KEYS:
+            raise ConfigError(f"{where}.{key}", f"one of {', '.join(sorted(_KEYS))}", key,
+                              "remove it or check the spelling", source=source)
+    for key in ("name", "baseline", "candidate"):
+        if key not in item:
+            raise ConfigError(f"{where}.{key}", "given", None, source=source)
+    for key, rule in _TYPES.items():
+        value = item.get(key)
+        if key in item and (isinstance(value, bool) or not isinstance(
+                value, str if rule == _STR else (int, float))):
+            raise ConfigError(f"{where}.{key}", rule, value, source=source)
+    for key in ("min_speedup", "expected_speedup", "tolerance"):
+        value = item.get(key)
+        if value is not None and not (math.isfinite(value) and value >= 0 and
+                                      (value > 0 or key == "tolerance")):
+            rule = "a non-negative number" if key == "tolerance" else "a positive number"
+            raise ConfigError(f"{where}.{key}", rule, value, source=source)
+    overrides = item.get("set", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"{where}.set", 'a list of "section.key=value" strings', overrides,
+                          'e.g. set = ["workload.num_batches=2"]', source=source)
+    for text in overrides:
+        try:
+            parse_override(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.set", exc.rule, text, exc.fix, source=source) from None
+    return Case(**{**item, "set": tuple(overrides)})
 
 
 def _resolve(path: Path, name: str) -> Path:
@@ -63,12 +101,31 @@ def _resolve(path: Path, name: str) -> Path:
     return given if given.exists() else path.resolve().parent.parent / name
 
 
-def evaluate(path: Path, case: Case) -> dict[str, Any]:
-    from ltsim.runner import simulate
-    from ltsim.scenario import load_scenario
+def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
+    """Both scenarios of a case, loaded (and so checked) without simulating."""
+    out = []
+    for key in ("baseline", "candidate"):
+        name = getattr(case, key)
+        scenario = _resolve(path, name)
+        if not scenario.is_file():
+            raise ConfigError(f"case[{i}].{key}", "an existing scenario file", name,
+                              f"paths are tried as given, then from {path.resolve().parent.parent}",
+                              source=str(path))
+        try:
+            out.append(load_scenario(scenario, list(case.set)))
+        except ConfigError as exc:  # say which case brought the scenario (and its set) in
+            where = f"from {path} case[{i}].{key}"
+            raise ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=exc.source,
+                              context=f"{exc.context}; {where}" if exc.context else where) from None
+    return out[0], out[1]
 
-    base = simulate(load_scenario(_resolve(path, case.baseline), list(case.set))).to_dict()
-    cand = simulate(load_scenario(_resolve(path, case.candidate), list(case.set))).to_dict()
+
+def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    from ltsim.runner import simulate
+
+    baseline, candidate = scenarios or _scenarios(path, 0, case)
+    base = simulate(baseline).to_dict()
+    cand = simulate(candidate).to_dict()
     speedup = base["iteration_time_s"] / cand["iteration_time_s"]
     problems = []
     if not cand["fits"]:
@@ -85,24 +142,19 @@ def evaluate(path: Path, case: Case) -> dict[str, Any]:
             "ok": not problems, "problems": problems}
 
 
-def write_cases(path: Path, cases: list[Case]) -> None:
-    """Rewrite the file with the cases (comments at the top are kept)."""
-    lines = path.read_text().splitlines()
-    first = next((i for i, line in enumerate(lines) if line.strip() == "[[case]]"), len(lines))
-    header = "".join(line + "\n" for line in lines[:first] if line.startswith("#"))
-    out = [header.rstrip("\n")]
-    for c in cases:
-        out.append("\n[[case]]")
-        out.append(f'name = "{c.name}"')
-        out.append(f'baseline = "{c.baseline}"')
-        out.append(f'candidate = "{c.candidate}"')
-        out.append(f"min_speedup = {c.min_speedup}")
-        if c.expected_speedup is not None:
-            out.append(f"expected_speedup = {c.expected_speedup}")
-        out.append(f"tolerance = {c.tolerance}")
-        if c.set:
-            out.append("set = [" + ", ".join(f'"{s}"' for s in c.set) + "]")
-    path.write_text("\n".join(out).lstrip("\n") + "\n")
+def write_speedups(path: Path, speedups: list[float]) -> None:
+    """Set each case's ``expected_speedup`` in place; every other byte of the file is kept
+    (comments, order, quoting of ``set`` overrides). A case without one gets it appended."""
+    import tomlkit
+
+    document = tomlkit.parse(read_text_file(Path(path), "check", "regression TOML file"))
+    for table, speedup in zip(document["case"], speedups, strict=True):
+        table["expected_speedup"] = speedup
+    try:
+        Path(path).write_text(tomlkit.dumps(document), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("check", "a writable regression file for --update", str(path),
+                          "check its permissions", context=exc.strerror or "") from None
 
 
 def run_check(path: Path, *, update: bool = False) -> list[dict[str, Any]]:
@@ -112,9 +164,10 @@ def run_check(path: Path, *, update: bool = False) -> list[dict[str, Any]]:
     rows then fail only on ``min_speedup`` and report no drift.
     """
     cases = load_cases(path)
-    rows = [evaluate(path, c) for c in cases]
+    loaded = [_scenarios(path, i, c) for i, c in enumerate(cases)]  # every input before any work
+    rows = [evaluate(path, c, s) for c, s in zip(cases, loaded)]
     if update:
-        cases = [replace(c, expected_speedup=round(r["speedup"], 4)) for c, r in zip(cases, rows)]
-        write_cases(path, cases)
-        rows = [{**r, "ok": r["speedup"] >= c.min_speedup, "problems": []} for r, c in zip(rows, cases)]
+        write_speedups(path, [round(r["speedup"], 4) for r in rows])
+        rows = [{**r, "expected_speedup": round(r["speedup"], 4), "ok": r["speedup"] >= c.min_speedup,
+                 "problems": []} for r, c in zip(rows, cases)]
     return rows

@@ -228,19 +228,20 @@ def _read_file(path: str, mtime_ns: int, size: int) -> LengthArray:
     if values.size == 0:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length")
     bad = np.flatnonzero(values < 1)
-    if bad.size:
+    if bad.size:  # the place, never the value: a scenario may point at any file
         more = f" ({bad.size - 1} more rows are too)" if bad.size > 1 else ""
         raise ConfigError(KEY, "a file of positive lengths", path,
                           "every sequence has at least one token; remove or correct those rows",
-                          context=f"{where(bad[0])} holds {int(values[bad[0]])}{more}")
+                          context=f"{where(bad[0])} is below 1{more}")
     values.setflags(write=False)
     return LengthArray(name=Path(path).name, num_tokens=values, source=path)
 
 
-def _not_integer(path: str, where: str, raw: object) -> ConfigError:
-    raw = raw.item() if isinstance(raw, np.generic) else raw  # 12.5, not np.float64(12.5)
+def _not_integer(path: str, where: str) -> ConfigError:
+    """The error for a row that is not a whole number. It names the place and never quotes the row:
+    a scenario can point at any text file (a key, a password), and messages end up in CI logs."""
     return ConfigError(KEY, "a file of integer lengths", path, "write each length as a whole number of tokens",
-                       context=f"{where} holds {raw!r}")
+                       context=f"{where} is not a whole number")
 
 
 def _read_txt(path: str) -> Rows:
@@ -253,7 +254,7 @@ def _read_txt(path: str) -> Rows:
         try:
             values.append(int(field))
         except ValueError:
-            raise _not_integer(path, f"line {i + 1}", field) from None
+            raise _not_integer(path, f"line {i + 1}") from None
         numbers.append(i)
     return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
 
@@ -264,6 +265,13 @@ def _read_text(path: str) -> str:
     except UnicodeDecodeError:
         raise ConfigError(KEY, "a UTF-8 text file", path,
                           "give a text file, or a .parquet table for binary data") from None
+    except OSError as err:
+        raise _unreadable(path, err) from None
+
+
+def _unreadable(path: str, err: OSError) -> ConfigError:
+    return ConfigError(KEY, "a readable length file", path, "check its permissions (ls -l)",
+                       context=err.strerror or type(err).__name__)
 
 
 def _read_jsonl(path: str) -> Rows:
@@ -282,7 +290,7 @@ def _read_jsonl(path: str) -> Rows:
                               f"add the field to line {i + 1}")
         raw = record[field]
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not float(raw).is_integer():
-            raise _not_integer(path, f"line {i + 1}", raw)
+            raise _not_integer(path, f"line {i + 1}")
         values.append(int(raw)), numbers.append(i)
     return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
 
@@ -295,14 +303,23 @@ def _read_table(path: str) -> Rows:
         frame = pd.read_parquet(path) if path.lower().endswith(".parquet") else pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
-    except (OSError, ValueError, UnicodeDecodeError) as err:  # pyarrow's ArrowInvalid is a ValueError
-        raise ConfigError(KEY, "a readable table", path, f"check the file format ({err})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(KEY, "a UTF-8 text file", path,
+                          "give a text file, or a .parquet table for binary data") from None
+    except pd.errors.ParserError as err:  # "Expected 1 fields in line 3, saw 2": places, no content
+        raise ConfigError(KEY, "a readable table", path, "check the file format",
+                          context=str(err).replace("Error tokenizing data. C error: ", "")) from None
+    except OSError as err:
+        raise _unreadable(path, err) from None
+    except ValueError:  # pyarrow's ArrowInvalid is a ValueError; its text may quote the file
+        raise ConfigError(KEY, "a readable table", path, "check the file format") from None
     column = next((c for c in LENGTH_COLUMNS if c in frame.columns), None)
-    if column is None:
+    if column is None:  # the header is the file's first line: named by position, not quoted
         raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,
-                          f"rename the length column (found columns: {', '.join(map(str, frame.columns))})")
+                          f"name the length column {' or '.join(LENGTH_COLUMNS)} in the first line "
+                          f"({len(frame.columns)} columns found, none of them that)")
     numeric = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
     if bad.size:
-        raise _not_integer(path, f"row {bad[0] + 1} of column {column}", frame[column].iloc[bad[0]])
+        raise _not_integer(path, f"row {bad[0] + 1} of column {column}")
     return numeric.astype(np.int64), lambda row: f"row {row + 1} of column {column}"

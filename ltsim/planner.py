@@ -3,17 +3,31 @@ iteration time among the plans that fit, stored in SQLite so an interrupted swee
 
 ``ltsim sweep SCENARIO --grid strategy.chunk_size=2048,4096 --grid strategy.k=1,2,4`` sizes
 ChunkFlow's ChunkSize and K; any scenario key can be swept the same way.
+
+A stored row is reused only while its inputs are unchanged (``ltsim.sweepstore.input_digest``:
+length file, profile tables, ltsim itself); stale rows are recomputed. A bad point is a row with
+an ``error``; it never ends the sweep. Pool workers ignore Ctrl-C (the parent handles it and
+stops them) and exit when the parent dies (PR_SET_PDEATHSIG on Linux, a parent watch elsewhere).
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable
 
 from ltsim.errors import ConfigError, LtsimError
-from ltsim.scenario import Scenario, build_scenario, parse_override
-from ltsim.sweepstore import SweepStore, fingerprint, point_key
+from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
+from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
 METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes", "fits",
            "mfu", "tokens_per_s")
@@ -29,6 +43,7 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
         if "=" not in spec:
             raise ConfigError("--grid", "of the form section.key=v1,v2,...", spec)
         key, text = spec.split("=", 1)
+        check_override_key(key.strip(), "--grid")
         parts = [text] if text.strip().startswith("[") else text.split(",")
         values = [parse_override(f"{key}={p.strip()}")[1] for p in parts if p.strip()]
         if not values:
@@ -41,49 +56,92 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
 def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point; bad combinations become rows with an ``error`` (they do not stop a sweep)."""
     from ltsim.runner import simulate
-    from ltsim.scenario import apply_overrides
 
     row: dict[str, Any] = dict(overrides)
     try:
         result = simulate(build_scenario(apply_overrides(raw, overrides), source=source)).to_dict()
     except LtsimError as exc:
         return {**row, "error": str(exc), "fits": False}
+    except (ArithmeticError, LookupError, TypeError, ValueError, MemoryError) as exc:
+        # a bug this point exposes: record it (the other points still run), do not hide it
+        return {**row, "error": f"internal error ({type(exc).__name__}: {exc}); please report "
+                "this point", "fits": False}
     row.update({k: result[k] for k in METRICS})
     row["warnings"] = len(result["warnings"])
     return row
 
 
-def _executor(spec: str) -> tuple[str, int | str]:
+# HOST:PORT (tcp is implied), or any address with its own scheme (tls://, inproc://, ...)
+_DASK_ADDRESS = re.compile(r"[A-Za-z0-9_.\-]+:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}|[a-z]+://\S+")
+
+
+def check_executor(spec: str) -> tuple[str, int | str]:
+    """``local`` | ``local:N`` (N >= 1 worker processes) | ``dask://HOST:PORT``. Raises ConfigError."""
+    rule = "local, local:N (N >= 1 worker processes) or dask://HOST:PORT"
     if spec == "local":
         return "local", 0
-    if spec.startswith("local:") and spec[6:].isdigit():
-        return "local", int(spec[6:])
+    if spec.startswith("local:"):
+        count = spec[len("local:"):]
+        if count.isdigit() and 1 <= int(count) <= 4096:
+            return "local", int(count)
+        raise ConfigError("--executor", rule, spec, f"e.g. --executor local:{os.cpu_count() or 2}")
     if spec.startswith("dask://"):
-        return "dask", spec[len("dask://"):]
-    raise ConfigError("--executor", "local, local:N or dask://HOST:PORT", spec)
+        address = spec[len("dask://"):]
+        if _DASK_ADDRESS.fullmatch(address):
+            return "dask", address
+        raise ConfigError("--executor", rule, spec, "e.g. --executor dask://127.0.0.1:8786 (the "
+                          "scheduler's host and port)")
+    raise ConfigError("--executor", rule, spec, "e.g. --executor local:4")
+
 
 
 def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str = "local",
               store: SweepStore | None = None,
-              progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Evaluate every point not already in ``store``; return all rows (resumed ones included).
+              progress: Callable[[int, int], None] | None = None,
+              on_stale: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Evaluate every point not already in ``store`` with the same inputs; return all rows
+    (resumed ones included). Raises ConfigError for a bad ``executor``.
 
     ``progress(done, total)`` is called after each point is stored (the command line draws its
-    progress bar with it).
+    progress bar with it); ``on_stale(n)`` once, before any work, when n stored rows are
+    recomputed because their inputs changed.
     """
+    kind, arg = check_executor(executor)
     store = store or SweepStore()
     fp = fingerprint(scenario.raw)
-    done = store.done(fp)
+    stored = store.stored(fp)
+    inputs = _point_inputs(scenario, points)
+    done = {key: row for key, (digest, row) in stored.items() if digest == inputs.get(key)}
     todo = [p for p in points if point_key(p) not in done]
-    kind, arg = _executor(executor)
+    stale = sum(1 for p in todo if point_key(p) in stored)
+    if stale and on_stale:
+        on_stale(stale)
     finished = len(points) - len(todo)
     for overrides, row in _evaluate_all(kind, arg, scenario, todo):
-        store.put(fp, overrides, row)
-        done[point_key(overrides)] = row
+        key = point_key(overrides)
+        store.put(fp, overrides, row, inputs[key])
+        done[key] = row
         finished += 1
         if progress:
             progress(finished, len(points))
     return [done[point_key(p)] for p in points]
+
+
+def _point_inputs(scenario: Scenario, points: list[dict[str, Any]]) -> dict[str, str]:
+    """point key -> input digest; points that share a dataset and hardware section share one."""
+    cache: dict[str, str] = {}
+    out = {}
+    for p in points:
+        try:
+            raw = apply_overrides(scenario.raw, p)
+        except LtsimError:
+            raw = scenario.raw
+        what = json.dumps([raw.get("workload", {}).get("dataset"), raw.get("hardware", {})],
+                          sort_keys=True, default=str)
+        if what not in cache:
+            cache[what] = input_digest(raw, scenario.source)
+        out[point_key(p)] = cache[what]
+    return out
 
 
 def _evaluate_all(kind: str, arg: int | str, scenario: Scenario, todo: list[dict[str, Any]]):
@@ -97,10 +155,44 @@ def _evaluate_all(kind: str, arg: int | str, scenario: Scenario, todo: list[dict
         for p in todo:
             yield p, evaluate_point(scenario.raw, scenario.source, p)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
+                               initargs=(os.getpid(),))
+    try:
         futures = [pool.submit(evaluate_point, scenario.raw, scenario.source, p) for p in todo]
         for p, future in zip(todo, futures):
             yield p, future.result()
+    finally:  # also on Ctrl-C / SIGTERM: queued points are dropped, running workers stopped
+        _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """In each pool worker: leave Ctrl-C to the parent, and exit when the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Portable fallback to PR_SET_PDEATHSIG: poll the parent pid."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _evaluate_dask(address: str, scenario: Scenario, todo: list[dict[str, Any]]):
@@ -109,11 +201,35 @@ def _evaluate_dask(address: str, scenario: Scenario, todo: list[dict[str, Any]])
     except ImportError as exc:
         raise ConfigError("--executor", "usable with Dask installed", f"dask://{address}",
                           "pip install 'ltsim[dask]'") from exc
-    with Client(address if "://" in address else f"tcp://{address}") as client:
+    problem = _unreachable(address)
+    try:
+        if problem:
+            raise OSError(problem)
+        client = Client(address if "://" in address else f"tcp://{address}", timeout="30s")
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError("--executor", "the address of a running Dask scheduler",
+                          f"dask://{address}", "start one with `dask scheduler` (and workers with "
+                          "`dask worker HOST:PORT`), or use --executor local:N",
+                          context=str(exc) or type(exc).__name__) from None
+    with client:
         futures = {client.submit(evaluate_point, scenario.raw, scenario.source, p, pure=False): i
                    for i, p in enumerate(todo)}
         for future in as_completed(futures):
             yield todo[futures[future]], future.result()
+
+
+def _unreachable(address: str) -> str:
+    """For a TCP address, why a connection does not open within 3 s ("" when it does): a refused
+    or unroutable scheduler fails at once instead of after Dask's connect timeout."""
+    plain = address[len("tcp://"):] if address.startswith("tcp://") else address
+    if "://" in plain:
+        return ""  # another transport: Client decides
+    host, _, port = plain.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return ""
 
 
 def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

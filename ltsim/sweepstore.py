@@ -1,13 +1,23 @@
 """SQLite store for sweep results: one row per (scenario fingerprint, point), written as each point
-finishes, so an interrupted sweep resumes where it stopped."""
+finishes, so an interrupted sweep resumes where it stopped.
+
+A stored row is reused only while everything its result depends on is unchanged. ``fingerprint``
+names the sweep (the scenario's merged TOML); ``input_digest`` covers what the TOML only points
+at: the bytes of a length file (``workload.dataset`` as a path), the bytes of every file of the
+profile directory (bundled profiles too), and ltsim itself (its version and the bytes of its
+source, so an edited checkout recomputes). A row whose digest differs is stale and recomputed.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+from ltsim.errors import ConfigError, LtsimError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -15,9 +25,11 @@ CREATE TABLE IF NOT EXISTS results (
     point TEXT NOT NULL,         -- canonical JSON of the overrides
     result TEXT NOT NULL,        -- JSON of the result row
     created_s REAL NOT NULL DEFAULT (julianday('now')),
+    inputs TEXT NOT NULL DEFAULT '',  -- input_digest: length file, profile tables, ltsim
     PRIMARY KEY (scenario, point)
 )
 """
+_COLUMNS = {"scenario", "point", "result"}
 
 
 def fingerprint(raw: dict[str, Any]) -> str:
@@ -29,27 +41,125 @@ def point_key(overrides: dict[str, Any]) -> str:
     return json.dumps(overrides, sort_keys=True, default=str)
 
 
+def input_digest(raw: dict[str, Any], source: str = "") -> str:
+    """Hash of the files a scenario's result depends on beyond its TOML, and of ltsim itself.
+
+    ``raw`` is the merged TOML of one point; ``source`` the scenario file (length files are found
+    beside it first, as ``build_scenario`` does). Inputs that do not resolve hash as their name:
+    such a point fails, and its error row is keyed like any other.
+    """
+    from ltsim.scenario import resolve_dataset
+
+    parts = [_ltsim_digest()]
+    dataset = raw.get("workload", {}).get("dataset")
+    if isinstance(dataset, str) and dataset:
+        path = Path(resolve_dataset(dataset, source)).expanduser()
+        parts.append(_file_digest(*_stat_key(path)) if path.is_file() else f"name:{dataset}")
+    profile = _profile_dir(raw.get("hardware", {}))
+    if profile is not None:
+        parts.append(_tree_digest(profile))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _profile_dir(hardware: dict[str, Any]) -> Path | None:
+    """The profile directory a hardware section prices with (None for the unit preset)."""
+    from ltsim.hardware import get_device
+    from ltsim.profiles import resolve_profile
+
+    try:
+        device = get_device(str(hardware.get("preset", "h100-sxm5-80gb")))
+        if device.is_unit:
+            return None
+        return resolve_profile(hardware.get("profile") or device.profile)
+    except LtsimError:
+        return None
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    """sha256 of a file's bytes; cached by path, modification time and size."""
+    del mtime_ns, size  # only part of the cache key: an edited file is hashed again
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _tree_digest(directory: Path, pattern: str = "*") -> str:
+    """Hash of the regular files under ``directory`` matching ``pattern``: names and bytes."""
+    lines = [f"{p.relative_to(directory)}={_file_digest(*_stat_key(p))}"
+             for p in sorted(directory.rglob(pattern)) if p.is_file()]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _ltsim_digest() -> str:
+    """ltsim's version and the bytes of its modules (an edited checkout counts as a new version)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("ltsim")
+    except metadata.PackageNotFoundError:  # run from a checkout without installing
+        version = "unknown"
+    return f"ltsim {version} " + _tree_digest(Path(__file__).resolve().parent, "*.py")
+
+
 class SweepStore:
-    """Results keyed by scenario and point; ``path=None`` keeps them in memory."""
+    """Results keyed by scenario and point; ``path=None`` keeps them in memory.
+
+    Raises ConfigError when ``path`` is a directory, cannot be created or opened, or is not a
+    SQLite file this store wrote (or a new, empty file).
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = str(path) if path else ":memory:"
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(SCHEMA)
-        self._conn.commit()
+        fix = "give a new file name (e.g. --db sweep.sqlite) or a store an earlier sweep wrote"
+        if path and Path(path).is_dir():
+            raise ConfigError("--db", "a SQLite file, not a directory", str(path), fix)
+        try:
+            if path:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path)
+            tables = {row[0] for row in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "results" not in tables:  # another program's database: leave it alone
+                raise ConfigError("--db", "a store written by ltsim sweep (or a new file)", str(path),
+                                  fix, context=f"this SQLite file holds {len(tables)} other tables")
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(SCHEMA)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(results)")}
+            if not _COLUMNS <= columns:
+                raise ConfigError("--db", "a store written by ltsim sweep", str(path), fix,
+                                  context="its results table has other columns")
+            if "inputs" not in columns:  # a store from before input digests: every row is stale
+                self._conn.execute("ALTER TABLE results ADD COLUMN inputs TEXT NOT NULL DEFAULT ''")
+            self._conn.commit()
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError("--db", "a SQLite file ltsim can open and write", str(path), fix,
+                              context=str(exc)) from None
 
     def done(self, scenario: str) -> dict[str, dict[str, Any]]:
-        """Finished points of a scenario: point key -> result row."""
-        rows = self._conn.execute("SELECT point, result FROM results WHERE scenario = ?", (scenario,))
-        return {point: json.loads(result) for point, result in rows}
+        """Finished points of a scenario: point key -> result row (whatever their inputs)."""
+        return {point: row for point, (_, row) in self.stored(scenario).items()}
 
-    def put(self, scenario: str, overrides: dict[str, Any], result: dict[str, Any]) -> None:
+    def stored(self, scenario: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Finished points of a scenario: point key -> (input digest, result row)."""
+        rows = self._conn.execute("SELECT point, inputs, result FROM results WHERE scenario = ?",
+                                  (scenario,))
+        return {point: (inputs, json.loads(result)) for point, inputs, result in rows}
+
+    def put(self, scenario: str, overrides: dict[str, Any], result: dict[str, Any],
+            inputs: str = "") -> None:
         """Record one finished point (committed at once)."""
-        self._conn.execute("INSERT OR REPLACE INTO results (scenario, point, result) VALUES (?, ?, ?)",
-                           (scenario, point_key(overrides), json.dumps(result, default=str)))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO results (scenario, point, result, inputs) VALUES (?, ?, ?, ?)",
+            (scenario, point_key(overrides), json.dumps(result, default=str), inputs))
         self._conn.commit()
 
     def close(self) -> None:

@@ -35,6 +35,13 @@ BATCHINGS = ("iid", "sorted-groups")
 # sorted-groups draws a pool of POOL_BATCHES global batches, a stand-in for "the whole dataset" that
 # LongAlign sorts: large enough that each cut group is length-homogeneous, small enough to sample fast.
 POOL_BATCHES = 32
+# Size guards: inputs past these are unit slips (bytes for tokens, an extra 000), not workloads; they
+# are refused at once instead of planning for hours. 2^31 tokens per sequence is hundreds of times the
+# longest contexts trained today (a few million tokens); 10^9 tokens per global batch is 60x the 16M
+# of Llama 3 405B's final batch; 2^24 sampled sequences is 65,536 batches of 256.
+MAX_SEQUENCE_TOKENS = 2**31
+MAX_BATCH_TOKENS = 10**9
+MAX_SAMPLED_SEQUENCES = 2**24
 
 
 def _is_int(value: object) -> bool:
@@ -81,6 +88,7 @@ class Workload:
         if not self.lengths and (not _is_int(self.global_batch_size) or self.global_batch_size < 1):
             raise ConfigError("workload.global_batch_size", "a positive integer",
                               self.global_batch_size)
+        self._check_size()
         longest = max(self.lengths or (self.fixed_length,))
         if self.max_length and not self.dataset and longest > self.max_length:
             key = "workload.lengths" if self.lengths else "workload.fixed_length"
@@ -89,6 +97,28 @@ class Workload:
         if self.dataset:
             self.source()
         return self
+
+    def _check_size(self) -> None:
+        """The size guards (MAX_SEQUENCE_TOKENS, MAX_BATCH_TOKENS, MAX_SAMPLED_SEQUENCES)."""
+        fix = "lengths are in tokens; check for a unit slip or an extra digit"
+        for key, value in (("lengths", max(self.lengths, default=0)),
+                           ("fixed_length", self.fixed_length), ("max_length", self.max_length)):
+            if value > MAX_SEQUENCE_TOKENS:
+                raise ConfigError(f"workload.{key}", f"at most {MAX_SEQUENCE_TOKENS:,} tokens per "
+                                  "sequence (2^31, past any trained context)", value, fix)
+        tokens = sum(self.lengths) or self.fixed_length * self.global_batch_size
+        if tokens > MAX_BATCH_TOKENS:
+            key = "workload.lengths" if self.lengths else "workload.global_batch_size"
+            raise ConfigError(key, f"a global batch of at most {MAX_BATCH_TOKENS:,} tokens", tokens,
+                              "use fewer or shorter sequences per global batch")
+        if self.batch_size > MAX_SAMPLED_SEQUENCES:
+            raise ConfigError("workload.global_batch_size", f"at most {MAX_SAMPLED_SEQUENCES:,} "
+                              "sequences", self.batch_size, "global batches are sequences, not tokens")
+        if self.num_batches * self.batch_size > MAX_SAMPLED_SEQUENCES:
+            raise ConfigError("workload.num_batches", f"such that num_batches x global_batch_size is at "
+                              f"most {MAX_SAMPLED_SEQUENCES:,} sequences", self.num_batches,
+                              "simulate fewer batches; a few are enough for stable means",
+                              context=f"global_batch_size = {self.batch_size}")
 
     @property
     def batch_size(self) -> int:
@@ -122,6 +152,12 @@ class Workload:
         else:
             draws = self.source().draw(rng, self.num_batches * self.global_batch_size)
             rows = draws.reshape(self.num_batches, self.global_batch_size)
+        biggest = int(rows.sum(axis=1).max())
+        if biggest > MAX_BATCH_TOKENS:
+            raise ConfigError("workload.global_batch_size", f"small enough that a sampled global batch "
+                              f"holds at most {MAX_BATCH_TOKENS:,} tokens", self.global_batch_size,
+                              "use fewer sequences per global batch, or a lower max_length",
+                              context=f"seed {seed} drew a batch of {biggest:,} tokens")
         return tuple(tuple(row) for row in rows.tolist())
 
     def _sorted_groups(self, rng: np.random.Generator) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Rebuild the packaged length data in ltsim/data/ from the public data in shared/data/.
 
-Usage: python scripts/build_workload_data.py [--source /work/shared/data] [--out ltsim/data]
+Usage: python scripts/build_workload_data.py [--source ../shared/data] [--out ltsim/data]
+(the default source is shared/data beside the repository: <repo>/../shared/data)
 
 Writes compressed copies of the raw per-sequence lengths (not histograms), in their original order:
   wikipedia_seqlens.npz          FlexSP's 1,000,000 Wikipedia lengths (flexsp_wikipedia_seqlens.txt)
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()  # the public data, beside the repository
 
 
 def _save(path: Path, num_tokens: np.ndarray) -> None:
@@ -43,7 +45,7 @@ def build(source: Path, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, default=Path("/work/shared/data"))
+    parser.add_argument("--source", type=Path, default=SHARED_DATA)
     parser.add_argument("--out", type=Path, default=REPO / "ltsim" / "data")
     args = parser.parse_args()
     build(args.source, args.out)

@@ -103,3 +103,132 @@ def test_grid_syntax_errors(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.k"]) == 2
     assert "section.key=v1,v2" in capsys.readouterr().err
+
+
+def test_sweep_plot_with_one_key_writes_a_line_chart(tmp_path, capsys):
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    plot = tmp_path / "line.png"
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--plot", str(plot)]) == 0
+    assert f"line chart written to {plot}" in capsys.readouterr().out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5_000
+
+
+def test_sweep_recomputes_when_the_length_file_changes(tmp_path, capsys):
+    """The store keys a result by the scenario and by what it points at: the bytes of the length
+    file (and the profile tables, and ltsim itself). An edited file is recomputed, and said so."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("4\n2\n1\n1\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('name = "s"\n[model]\npreset = "qwen2.5-7b"\n'
+                        '[hardware]\npreset = "unit"\ngpus_per_node = 4\n[parallel]\npp = 4\n'
+                        '[workload]\ndataset = "lengths.txt"\n'
+                        'global_batch_size = 4\n[strategy]\nname = "chunkflow"\nchunk_size = 2\n')
+    args = ["sweep", str(scenario), "--grid", "strategy.k=1,2", "--db", str(tmp_path / "s.sqlite"),
+            "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0  # unchanged: resumed from the store, nothing stale
+    out, err = capsys.readouterr()
+    assert json.loads(out) == first and "stale" not in err
+    lengths.write_text("40\n20\n10\n10\n")
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "2 stored results are stale (inputs changed); recomputing" in err
+    again = json.loads(out)
+    assert [r["iteration_time_s"] for r in again] != [r["iteration_time_s"] for r in first]
+
+
+def test_check_update_keeps_comments_and_quoted_overrides(tmp_path, capsys):
+    path = tmp_path / "validation" / "r.toml"
+    path.parent.mkdir()
+    path.write_text(f'''# the regression gate  (a comment that must survive)
+
+[[case]]
+name = "fig 6"   # trailing comment
+baseline = "{REPO}/scenarios/examples/chunkflow-fig2-baseline.toml"
+candidate = "{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"
+min_speedup = 1.0
+expected_speedup = 9.99  # recorded by --update
+tolerance = 0.01
+set = ["workload.lengths=[4, 2, 1, 1]", 'workload.num_batches=1']  # quoted override
+''')
+    assert main(["check", str(path)]) == 1  # 9.99 is far from the predicted 1.2174
+    capsys.readouterr()
+    assert main(["check", str(path), "--update"]) == 0
+    text = path.read_text()
+    assert "expected_speedup = 1.2174  # recorded by --update" in text
+    assert text.startswith("# the regression gate  (a comment that must survive)\n")
+    assert 'name = "fig 6"   # trailing comment' in text
+    assert '''set = ["workload.lengths=[4, 2, 1, 1]", 'workload.num_batches=1']  # quoted override''' in text
+    assert main(["check", str(path)]) == 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids below ``pid`` (psutil when installed, else /proc)."""
+    try:
+        import psutil
+    except ImportError:
+        parents = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        out, todo = [], [pid]
+        while todo:
+            kids = parents.get(todo.pop(), [])
+            out += kids
+            todo += kids
+        return out
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_killing_a_local_sweep_leaves_no_workers(signal_name, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "ltsim", "sweep", str(REPO / "scenarios/quickstart.toml"),
+         "--grid", "strategy.k=1,2,3,4", "--executor", "local:2",
+         "--set", "workload.num_batches=200", "--db", str(tmp_path / "s.sqlite")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(_descendants(sweep.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = _descendants(sweep.pid)
+        assert len(workers) >= 2, "the pool did not start"
+        time.sleep(0.5)  # the workers are now inside a point
+        sweep.send_signal(getattr(signal, signal_name))
+        sweep.wait(timeout=20)
+        if signal_name != "SIGKILL":
+            assert sweep.returncode == 130  # main's "interrupted"
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)]
+    finally:  # a failing run must not leave its own orphans behind
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if sweep.poll() is None:
+            sweep.kill()
+        sweep.communicate()
