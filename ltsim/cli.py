@@ -27,8 +27,15 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit 2) like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}. Fix: see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ltsim", description="Simulate, compare, size and validate long-context LLM training "
         "schedules. Exit codes: 0 ok, 1 a check or validation out of tolerance, 2 bad input.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-length", type=int, default=0)
     d.add_argument("--plot", type=Path)
     d.add_argument("--json", action="store_true")
+    p = sub.add_parser("export", help="write the first batch's simulated schedule for a runtime")
+    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("--format", required=True, help="torch-pipelining: the compute-only CSV that "
+                   "torch.distributed.pipelining's _load_csv reads (DP replica 0)")
+    p.add_argument("--out", type=Path, required=True, help="file to write")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value, TOML syntax (e.g. strategy.k=2)")
     return parser
 
 
@@ -92,6 +106,57 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `ltsim ... | head`: the reader left; nothing more to say
         sys.stderr.close()
         return EXIT_OK
+    except OSError as exc:  # a file ltsim was pointed at; the commands turn the ones they know
+        if exc.filename is None:  # into ConfigErrors, this names any other and its reason
+            raise
+        print(f"ltsim {args.command}: error: '{exc.filename}' must be a usable path (got "
+              f"{exc.strerror or type(exc).__name__}). Fix: check the path and its permissions",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+_EXAMPLE_NAMES = {"--trace": "trace.json", "--plot": "figure.png", "--db": "sweep.sqlite"}
+
+
+def _check_output(flag: str, path: Path | None) -> None:
+    """An output path is checked before the work starts: a file name (not a folder) whose folder
+    exists or can be made. Raises ConfigError."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(flag, "a file path, not a directory", str(path),
+                          f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
+    blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    if blocking is not None:
+        raise ConfigError(flag, "a path whose folders are folders", str(path),
+                          "choose another folder", context=f"{blocking} is a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(flag, "a path whose folder exists or can be created", str(path),
+                          "choose a writable folder", context=exc.strerror or "") from None
+
+
+def _written(flag: str, path: Path, write: Callable[[], Any]) -> None:
+    """Run ``write``; an OSError becomes a ConfigError naming the flag and the file."""
+    try:
+        write()
+    except OSError as exc:
+        raise ConfigError(flag, "a writable file", str(path), "choose a writable folder",
+                          context=exc.strerror or type(exc).__name__) from None
+
+
+def _require_torch(command: str) -> None:
+    """``profile`` and ``validate`` measure on a device with torch; say so before anything runs."""
+    import importlib
+
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        raise ConfigError("torch", f"installed for `ltsim {command}` (it runs kernels on a device)",
+                          "not importable", "pip install torch==2.13.0 (CPU; a CUDA build from "
+                          "pytorch.org for GPUs). simulate, compare, sweep and check need no torch"
+                          ) from None
 
 
 def _print(data: Any, text: str, as_json: bool) -> None:
@@ -106,16 +171,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ltsim.runner import run
 
     scenario = load_scenario(args.scenario, args.set)
+    _check_output("--trace", args.trace)
+    _check_output("--plot", args.plot)
     sim = run(scenario)
     result = sim.result.to_dict()
     if args.trace:
-        sim.traces[0].write_chrome_trace(args.trace)
+        _written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
     if args.plot:
         from ltsim.viz import plot_simulation
 
         title = f"{scenario.name}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
-        plot_simulation(sim.traces[0], args.plot, plan=sim.plans[0], title=title,
-                        limit_bytes=result["memory_limit_bytes"])
+        _written("--plot", args.plot, lambda: plot_simulation(
+            sim.traces[0], args.plot, plan=sim.plans[0], title=title,
+            limit_bytes=result["memory_limit_bytes"]))
     text = format_result(result)
     for label, path in (("trace", args.trace), ("plot", args.plot)):
         if path:
@@ -131,7 +199,12 @@ def parse_strategy_list(text: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, *opts = item.split(":")
-        out.append((name, dict(parse_override(o) for o in opts)))
+        try:
+            out.append((name, dict(parse_override(o) for o in opts)))
+        except ConfigError:
+            raise ConfigError("--strategies", "name:key=value:key=value,... (e.g. "
+                              "chunkflow:chunk_size=8192:k=2)", item,
+                              "write each option as key=value after a colon") from None
     if not out:
         raise ConfigError("--strategies", "a comma-separated list of strategy names", text)
     return out
@@ -143,13 +216,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ltsim.runner import simulate
 
     base = load_scenario(args.scenario, args.set)
-    results = []
+    scenarios = []  # every strategy checked before the first simulation runs
     for name, opts in parse_strategy_list(args.strategies):
         keep = _shared_options(base.strategy_options, name)
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
-        scenario = _rebuild(raw, base.source)
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
-        results.append((label, simulate(scenario).to_dict()))
+        scenarios.append((label, _rebuild(raw, base.source)))
+    results = [(label, simulate(scenario).to_dict()) for label, scenario in scenarios]
     _print(compare_rows(results), format_compare(results), args.json)
     return EXIT_OK
 
@@ -186,18 +259,32 @@ def _progress_bar(started_s: float) -> Callable[[int, int], None]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
-    from ltsim.planner import expand_grid, rank, run_sweep
+    from ltsim.planner import check_executor, expand_grid, rank, run_sweep
     from ltsim.report import format_sweep, to_json
     from ltsim.scenario import load_scenario
     from ltsim.sweepstore import SweepStore
 
+    # every input before any work: scenario, grid, executor, --top, outputs, store, profile
     scenario = load_scenario(args.scenario, args.set)
     points = expand_grid(args.grid)
     if not points or not args.grid:
         raise ConfigError("--grid", "given at least once", None, "e.g. --grid strategy.k=1,2,4")
+    check_executor(args.executor)
+    if args.top < 1:
+        raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
+    _check_output("--plot", args.plot)
+    _check_output("--db", args.db)
+    _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
     show = _progress_bar(time.perf_counter()) if sys.stderr.isatty() and not args.json else None
-    rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show))
+
+    def stale(count: int) -> None:
+        print(f"ltsim sweep: {count} stored result{'s are' if count > 1 else ' is'} stale (inputs "
+              "changed); recomputing", file=sys.stderr)
+
+    with _sigterm_as_interrupt():
+        rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show,
+                              on_stale=stale))
     keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
     figure = ""
     if args.plot:
@@ -208,12 +295,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         frame = pd.DataFrame([r for r in rows if "error" not in r])
         title = f"{scenario.name}: iteration time"
         if len(keys) >= 2:
-            plot_heatmap(frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
-                         path=args.plot, title=title)
+            _written("--plot", args.plot, lambda: plot_heatmap(
+                frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
+                path=args.plot, title=title))
             figure = "heatmap"
         else:
-            plot_line(frame, x=keys[0], value="iteration_time_s", feasible="fits",
-                      path=args.plot, title=title)
+            _written("--plot", args.plot, lambda: plot_line(
+                frame, x=keys[0], value="iteration_time_s", feasible="fits", path=args.plot,
+                title=title))
             figure = "line chart"
     print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
     if figure and not args.json:
@@ -221,7 +310,39 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _load_profile(scenario: Any) -> None:
+    """Load the scenario's profile tables now (cached), so a broken profile is one error, not one
+    failed row per sweep point. Raises ProfileError."""
+    if not scenario.cluster.device.is_unit:
+        from ltsim.profiles import load_profile
+
+        load_profile(scenario.cluster.profile_dir)
+
+
+class _sigterm_as_interrupt:
+    """While a sweep runs, SIGTERM raises KeyboardInterrupt, so the pool is stopped and nothing is
+    left running (main prints "interrupted", exit 130). Only in the main thread."""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            def interrupt(signum: int, frame: Any) -> None:
+                raise KeyboardInterrupt
+
+            self._previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, self._previous)
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
+    _require_torch("profile")
     try:
         from ltsim.profiler.cli import run_from_args
     except ImportError as exc:
@@ -257,6 +378,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.scenario import load_scenario
     from ltsim.validate import summary_text, validate_scenario, write_outputs
 
+    _require_torch("validate")
     if not args.tolerance > 0:
         raise ConfigError("--tolerance", "a positive fraction (0.10 = 10%)", args.tolerance)
     resolve_profile(args.profile)  # ProfileError now, before anything runs
@@ -292,18 +414,40 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_workload(args: argparse.Namespace) -> int:
     from ltsim.workload import describe, format_describe
 
+    if args.max_length < 0:
+        raise ConfigError("--max-length", "a non-negative number of tokens (0: no limit)",
+                          args.max_length, "e.g. --max-length 32768")
+    _check_output("--plot", args.plot)
     frame = describe(args.dataset, max_length=args.max_length)
     text = format_describe(frame)
     if args.plot:
         from ltsim.workload import plot_histogram
 
-        plot_histogram(args.dataset, args.plot, max_length=args.max_length)
+        _written("--plot", args.plot,
+                 lambda: plot_histogram(args.dataset, args.plot, max_length=args.max_length))
         text += f"\nhistogram written to {args.plot}"
     records = frame.reset_index().astype(object).where(frame.reset_index().notna(), None)
     _print(records.to_dict(orient="records"), text, args.json)
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """The first sampled batch's plan, DP replica 0, in ``--format`` (ltsim/export.py)."""
+    from ltsim.export import get_format
+    from ltsim.runner import run
+    from ltsim.scenario import load_scenario
+
+    exporter = get_format(args.format)  # a bad name fails before the simulation runs
+    _check_output("--out", args.out)
+    schedule = exporter(run(load_scenario(args.scenario, args.set)).plans[0])
+    try:
+        args.out.write_text(schedule.to_csv(), newline="")
+    except OSError as exc:
+        raise ConfigError("--out", "a writable file", str(args.out), context=exc.strerror) from exc
+    print(f"{schedule.describe()}\nschedule written to {args.out}")
+    return EXIT_OK
+
+
 COMMANDS = {"simulate": cmd_simulate, "compare": cmd_compare, "sweep": cmd_sweep,
             "profile": cmd_profile, "validate": cmd_validate, "check": cmd_check,
-            "workload": cmd_workload}
+            "workload": cmd_workload, "export": cmd_export}

@@ -37,6 +37,8 @@ class ClusterSpec:
     gpus_per_node: int = 8
     memory_limit_bytes: int | None = None  # defaults to the device memory
     profile: str = ""  # overrides device.profile when set
+    attention_kernel: str = ""  # the profile's attention kernel to use ("" its default): e.g.
+    # "torch_sdpa" (ltsim's executor), "fa2", "fa3"; each kernel is its own rows in attention.csv
 
     @property
     def num_devices(self) -> int:

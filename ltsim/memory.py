@@ -95,8 +95,13 @@ def stage_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int, has_
     return total
 
 
-def optimizer_bytes_per_param(model: ModelSpec) -> int:
-    """fp32 master copy (only when the model dtype is narrower) and two Adam moments."""
+def optimizer_bytes_per_param(model: ModelSpec, optimizer_dtype: str = "fp32") -> int:
+    """Adam's state: with "fp32" (mixed precision) an fp32 master copy (only when the model dtype
+    is narrower) and two fp32 moments; with "model" two moments in the model dtype and no master
+    (torch's Adam on model-dtype parameters, what ltsim's executor ran at 1acdf9d: 8 B/param in all
+    with bf16 weights and gradients)."""
+    if optimizer_dtype == "model":
+        return 2 * dtype_bytes(model.dtype)
     width = max(FP32_BYTES, dtype_bytes(model.dtype))
     master = FP32_BYTES if dtype_bytes(model.dtype) < FP32_BYTES else 0
     return master + 2 * width
@@ -121,6 +126,7 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     stage = parallel.zero_stage if distributed_optimizer else 0
     num_shards = parallel.dp * parallel.cp
     weight_bytes = dtype_bytes(model.dtype)
+    fp32_grads = fp32_grads and parallel.grad_dtype == "fp32"
     grad_bytes = max(FP32_BYTES, weight_bytes) if fp32_grads else weight_bytes
 
     def sharded(bytes_per_param: float, from_stage: int) -> float:
@@ -129,7 +135,8 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     return StaticMemory(num_parameters=num_params,
                         weights_bytes=sharded(weight_bytes, 3),
                         grads_bytes=sharded(grad_bytes, 2),
-                        optimizer_bytes=sharded(optimizer_bytes_per_param(model), 1))
+                        optimizer_bytes=sharded(optimizer_bytes_per_param(
+                            model, parallel.optimizer_dtype), 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +246,19 @@ def logits_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
     inputs = 2 * e * h / _sp_divisor(parallel)
     logits = FP32_BYTES * model.vocab_size / parallel.tp
     return (inputs + logits + FP32_BYTES) / parallel.cp
+
+
+def loss_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                                 backward: bool) -> float:
+    """Transient bytes per token while the LM head's loss runs, beyond what ``logits_bytes_per_token``
+    keeps (the fp32 log-softmax output). Counted from the code path of ltsim/executor/model.py
+    (logits = head(norm(x)); logits.float(); F.cross_entropy) and torch's log_softmax / nll_loss:
+    forward holds the fp32 logits beside their log-softmax (4 B per vocab entry; the model-dtype
+    logits, 2 B, are freed when the cast returns and never coexist with both); backward holds the
+    gradient of the log-softmax output and the gradient of its input, both fp32 (8 B). So the loss
+    peaks at 12 B per token per vocab entry (/tp), the executor's measured peak (issue 14)."""
+    per_vocab = 2 * FP32_BYTES if backward else FP32_BYTES
+    return per_vocab * model.vocab_size / parallel.tp / parallel.cp
 
 
 def kv_state_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,

@@ -8,6 +8,7 @@ from ltsim.errors import ConfigError
 
 RECOMPUTE = ("none", "selective", "full")
 CP_KINDS = ("ring", "ulysses")
+STATE_DTYPES = ("fp32", "model")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +27,10 @@ class ParallelConfig:
     zero_stage: int = 1
     recompute: str = "selective"
     sequence_parallel: bool = True  # Megatron SP with TP > 1
+    grad_dtype: str = "fp32"  # "fp32": Megatron's main gradients and their reduction in fp32 (its
+    # default for bf16: accumulate_allreduce_grads_in_fp32); "model": in the model dtype
+    optimizer_dtype: str = "fp32"  # "fp32": fp32 master weights and Adam moments (mixed precision);
+    # "model": Adam on the model-dtype weights, moments in the model dtype (no master copy)
 
     @property
     def world_size(self) -> int:
@@ -55,6 +60,10 @@ class ParallelConfig:
             raise ConfigError("parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         if self.recompute not in RECOMPUTE:
             raise ConfigError("parallel.recompute", f"one of {', '.join(RECOMPUTE)}", self.recompute)
+        for key in ("grad_dtype", "optimizer_dtype"):
+            if getattr(self, key) not in STATE_DTYPES:
+                raise ConfigError(f"parallel.{key}", f"one of {', '.join(STATE_DTYPES)}",
+                                  getattr(self, key), 'e.g. "fp32" (mixed precision, the default)')
         if self.cp_kind not in CP_KINDS:
             raise ConfigError("parallel.cp_kind", f"one of {', '.join(CP_KINDS)}", self.cp_kind)
         if num_devices is not None:

@@ -203,7 +203,8 @@ class Device:
     (``cp_width`` = cp, ``cp_rank`` = -1: Megatron, ChunkFlow) or one rank of a CP group
     (``cp_width`` = 1, ``cp_rank`` >= 0: ranks doing different work, Skrull). It holds the
     parameters of ``layers`` (+ embedding / LM head), split over ``tp``, with ZeRO stage
-    ``zero_stage`` sharding its states over ``num_shards`` ranks. Every number is per GPU."""
+    ``zero_stage`` sharding its states over ``num_shards`` ranks, gradients and Adam state in
+    ``grad_dtype`` / ``optimizer_dtype`` ("fp32" or "model"). Every number is per GPU."""
 
     index: int
     stage: int
@@ -216,6 +217,8 @@ class Device:
     cp_rank: int = -1
     zero_stage: int = 1
     num_shards: int = 1
+    grad_dtype: str = "fp32"  # ParallelConfig's: the gradients' and the optimizer state's dtypes
+    optimizer_dtype: str = "fp32"
 
     @property
     def num_layers(self) -> int:

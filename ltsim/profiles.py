@@ -6,7 +6,9 @@ A profile is a directory holding ``meta.json`` and CSV tables whose column names
 - ``attention.csv``: q_tokens, kv_tokens, num_heads, num_kv_heads, head_dim, causal, pass, time_s
   (pass is "fwd" or "bwd"; kv_tokens counts the context plus the query tokens)
 - ``collectives.csv``: op, group_size, scope, bytes, time_s  (op in all_reduce, all_gather,
-  reduce_scatter, all_to_all, send_recv; scope "intra" or "inter" node)
+  reduce_scatter, all_to_all, send_recv; scope "intra" or "inter" node). Optional: a profile
+  measured on one GPU has none; looking up a collective over 2 or more ranks then raises
+  ProfileError (single-device scenarios never do)
 - optional tables the cost model uses (``elementwise.csv``, ``memory.csv``) with the same rules.
 
 Every table may carry extra columns (``source``, ``method`` = measured|published|analytic,
@@ -41,8 +43,18 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
                   "pass", "time_s"),
     "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
 }
-REQUIRED_TABLES = ("gemm", "attention", "collectives")
+REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see collective_time_s)
+# attention.csv rows whose ``mask`` column says a boolean mask was used (queries with earlier
+# context: q < kv) measure a different kernel from the is_causal rows on the diagonal; they are
+# looked up as kernel "<kernel>+context" and never interpolated with the diagonal's.
+CONTEXT_SUFFIX = "+context"
 METHODS = ("measured", "published", "analytic")
+# columns every row must fill with a positive number (sizes, counts, times)
+POSITIVE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "time_s"),
+    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "time_s"),
+    "collectives": ("group_size", "bytes", "time_s"),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,10 +90,22 @@ def read_meta(directory: str | Path) -> ProfileMeta:
         raise ProfileError(f"profile '{directory}' has no meta.json. Fix: point hardware.profile at a "
                            "directory written by `ltsim profile` or a script under profiles/")
     try:
-        data = json.loads(path.read_text())
-        return ProfileMeta(**data)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta = ProfileMeta(**data)
     except (json.JSONDecodeError, TypeError) as exc:
         raise ProfileError(f"{path}: unreadable meta.json ({exc})") from exc
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
+                           "`ltsim profile` or the profile's build script") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). Fix: check its "
+                           "permissions") from None
+    number = isinstance(meta.memory_bytes, (int, float)) and not isinstance(meta.memory_bytes, bool)
+    if not (number and meta.memory_bytes > 0) or not isinstance(meta.tables, dict) or not all(
+            isinstance(v, dict) for v in meta.tables.values()):
+        raise ProfileError(f"{path}: meta.json must give memory_bytes as a positive number and "
+                           "tables as an object of objects. Fix: compare with profiles/cpu-ci/meta.json")
+    return meta
 
 
 def write_table(directory: str | Path, name: str, frame: pd.DataFrame) -> Path:
@@ -105,7 +129,22 @@ def read_table(directory: str | Path, name: str) -> pd.DataFrame:
     if not path.is_file():
         raise ProfileError(f"profile '{directory}' has no {name}.csv. Fix: re-run the profiler or the "
                            f"profile's build script so it writes {name}.csv")
-    frame = pd.read_csv(path, comment="#")
+    fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
+    try:
+        frame = pd.read_csv(path, comment="#")
+    except pd.errors.EmptyDataError:
+        raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
+    except pd.errors.ParserError as exc:  # places ("line 3"), not content
+        where = str(exc).replace("Error tokenizing data. C error: ", "")
+        raise ProfileError(f"{path}: table '{name}' must be valid CSV ({where}). {fix}") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: table '{name}' is unreadable ({exc.strerror}). Fix: check its "
+                           "permissions") from None
+    if not isinstance(frame.index, pd.RangeIndex):  # pandas took the surplus fields as an index
+        raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
+                           f"its header (some rows have more). {fix}")
     check_table(name, frame, source=str(path))
     return frame
 
@@ -121,6 +160,13 @@ def check_table(name: str, frame: pd.DataFrame, *, source: str) -> None:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
     if "time_s" in frame.columns and not (pd.to_numeric(frame["time_s"], errors="coerce") > 0).all():
         raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive numbers")
+    for column in POSITIVE_COLUMNS.get(name, ()):
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]
+        if bad:  # the row, not its value
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold positive numbers "
+                               f"(data row {bad[0] + 1} does not, {len(bad)} rows in all). Fix: "
+                               "correct those rows or re-run the profiler for this table")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +246,11 @@ class CollectiveLookup:
 # ---------------------------------------------------------------------------------------------
 # Loading and lookups.
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+_PACKAGE = Path(__file__).resolve().parent
+# Installed from a wheel the bundled tables ship inside the package (pyproject.toml maps the
+# repository's profiles/ to ltsim/_profiles); in a checkout they are the repository's profiles/.
+PROFILES_DIR = (_PACKAGE / "_profiles" if (_PACKAGE / "_profiles").is_dir()
+                else _PACKAGE.parent / "profiles")
 _CACHE: dict[tuple[Path, str], "Profile"] = {}
 _CACHE_ENTRIES = 200_000  # lookups remembered per Profile
 _HOW = {ABOVE: ("above measured max", "extrapolated at constant throughput"),
@@ -219,8 +269,9 @@ def resolve_profile(directory: str | Path) -> Path:
     path; a path is tried as given, then relative to the repository. Raises ProfileError."""
     text = str(directory)
     bare = "/" not in text and "\\" not in text
+    bundled = PROFILES_DIR.joinpath(*Path(text).parts[1:]) if text.startswith("profiles/") else None
     candidates = ([PROFILES_DIR / text, Path(text)] if bare
-                  else [Path(text), PROFILES_DIR.parent / text])
+                  else [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])])
     for path in candidates:
         if path.is_dir():
             return path.resolve()
@@ -261,17 +312,22 @@ class Profile:
         self.meta = read_meta(self.path)
         gemm = read_table(self.path, "gemm")
         attention = read_table(self.path, "attention")
-        collectives = read_table(self.path, "collectives")
+        collectives = (read_table(self.path, "collectives")
+                       if (self.path / "collectives.csv").is_file() else None)
         quantum = int(self.meta.tables.get("gemm", {}).get("m_quantum", 0))
         self._gemm = GemmLookup(_rows(gemm, ("dtype", "m", "n", "k", "time_s")), quantum=quantum)
         if "kernel" not in attention.columns:
             attention = attention.assign(kernel="default")
-        attention = attention.assign(causal=attention["causal"].map(_as_bool))
+        if "mask" in attention.columns:  # a masked kernel for slices with context is its own table
+            masked = attention["mask"].astype(str).str.startswith("bool")
+            attention = attention.assign(kernel=attention["kernel"].where(
+                ~masked, attention["kernel"].astype(str) + CONTEXT_SUFFIX))
+        attention = _monotone_attention(attention.assign(causal=attention["causal"].map(_as_bool)))
         self._attention = AttentionLookup(_rows(attention, (
             "kernel", "pass", "causal", "head_dim", "num_heads", "q_tokens", "kv_tokens", "time_s")))
-        self._collectives = CollectiveLookup(
+        self._collectives = None if collectives is None else CollectiveLookup(
             _rows(collectives, ("op", "group_size", "scope", "bytes", "time_s")))
-        kernels = self._attention.kernels
+        kernels = tuple(k for k in self._attention.kernels if not k.endswith(CONTEXT_SUFFIX))
         default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
         self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
         if self.attention_kernel not in kernels:
@@ -312,9 +368,12 @@ class Profile:
         if min(q_tokens, kv_tokens, num_heads, head_dim) <= 0:
             return 0.0
         key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_)
+        kernel = self.attention_kernel
+        if kv_tokens > q_tokens and kernel + CONTEXT_SUFFIX in self._attention.kernels:
+            kernel += CONTEXT_SUFFIX  # queries with earlier context ran the masked kernel
         return self._cached(key, lambda notes: self._attention.time_s(
             q_tokens, kv_tokens, num_heads=num_heads, head_dim=head_dim, causal=bool(causal),
-            pass_=pass_, kernel=self.attention_kernel, notes=notes))
+            pass_=pass_, kernel=kernel, notes=notes))
 
     def collective_time_s(self, op: str, *, group_size: int, scope: str, num_bytes: int) -> float:
         """Seconds of one collective over ``group_size`` ranks (scope "intra" or "inter" node);
@@ -326,6 +385,8 @@ class Profile:
             raise ValueError(f"scope must be 'intra' or 'inter' (got {scope!r})")
         if group_size <= 1 or num_bytes <= 0:
             return 0.0
+        if self._collectives is None:
+            raise ProfileError(_no_collectives(self.path, name, group_size))
         key = ("collective", name, group_size, scope, num_bytes)
         try:
             return self._cached(key, lambda notes: self._collectives.time_s(
@@ -381,7 +442,42 @@ class Profile:
             self._range_notes[key] = float(value)
 
 
+def _no_collectives(path: Path, op: str, group_size: int) -> str:
+    """The error for a collective looked up in a profile without collectives.csv."""
+    published = [name for name in available_profiles()
+                 if (PROFILES_DIR / name / "collectives.csv").is_file() and name != path.name
+                 and _meta_method(PROFILES_DIR / name) != "measured"]
+    published.sort(key=lambda name: not name.endswith("-public"))  # built from public data only
+    example = (f" such as profiles/{published[0]}" if published else "")
+    return (f"profile '{path}' has no collectives.csv, so {op} over {group_size} ranks cannot be "
+            "priced (it was measured where no group of 2 devices could run, e.g. on one GPU). "
+            "Fix: profile on a machine with >= 2 GPUs, or copy a collectives.csv from a published "
+            f"profile{example} into it and mark it in meta.json (tables.collectives: its method "
+            "and source), or simulate on one device")
+
+
+def _meta_method(directory: Path) -> str:
+    try:
+        return read_meta(directory).method
+    except ProfileError:
+        return ""
+
+
 def _as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)
+
+
+def _monotone_attention(frame: pd.DataFrame) -> pd.DataFrame:
+    """Attention rows lifted so that more queries or more keys never take less time: each row's
+    time becomes the largest time of its kernel group at (q' <= q, kv' <= kv). Measured launch-bound
+    rows are noisy (cuDNN picks other kernels at small sizes: on the shipped H100 profile a
+    512-token backward measured slower than a 2048-token one), and a lookup must stay monotone."""
+    keys = ["kernel", "pass", "causal", "head_dim", "num_heads"]
+    out = []
+    for _, group in frame.groupby(keys, sort=False):
+        q, kv, t = (group[c].to_numpy(float) for c in ("q_tokens", "kv_tokens", "time_s"))
+        lifted = [t[(q <= q[i]) & (kv <= kv[i])].max() for i in range(len(t))]
+        out.append(group.assign(time_s=lifted))
+    return pd.concat(out) if out else frame

@@ -5,6 +5,8 @@ Unknown keys are errors; every error names the file, the key path, the rule, the
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -17,6 +19,12 @@ from ltsim.parallel import ParallelConfig
 from ltsim.units import GiB
 from ltsim.workload import Workload
 
+_PACKAGE = Path(__file__).resolve().parent
+# Installed from a wheel the bundled scenarios ship inside the package (pyproject.toml maps the
+# repository's scenarios/ to ltsim/_scenarios); in a checkout they are the repository's scenarios/.
+SCENARIOS_DIR = (_PACKAGE / "_scenarios" if (_PACKAGE / "_scenarios").is_dir()
+                 else _PACKAGE.parent / "scenarios")
+MAX_INPUT_BYTES = 16 * 2**20  # a scenario or regression file is a few KiB; refuse to slurp a disk image
 _INT, _STR, _BOOL, _NUM, _LIST = "an integer", "a string", "a boolean", "a number", "a list of integers"
 _SHAPE = ("arch", "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
           "ffn_hidden_size", "vocab_size", "dtype", "tied_embeddings", "qkv_bias")
@@ -25,9 +33,11 @@ SCHEMA: dict[str, dict[str, str]] = {
     "model": {"preset": _STR, **{k: _INT for k in _SHAPE},
               "arch": _STR, "dtype": _STR, "tied_embeddings": _BOOL, "qkv_bias": _BOOL},
     "hardware": {"preset": _STR, "num_nodes": _INT, "gpus_per_node": _INT, "profile": _STR,
+                 "attention_kernel": _STR,
                  "memory_limit_gib": _NUM},
     "parallel": {"tp": _INT, "cp": _INT, "cp_kind": _STR, "pp": _INT, "dp": _INT,
-                 "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL},
+                 "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL,
+                 "grad_dtype": _STR, "optimizer_dtype": _STR},
     "workload": {"dataset": _STR, "max_length": _INT, "global_batch_size": _INT,
                  "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR},
 }
@@ -58,26 +68,122 @@ class Scenario:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
-    """Read a scenario file; raises ConfigError (prefixed with the file) on bad input."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("scenario", "an existing TOML file", str(path), "check the path")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("scenario", "valid TOML", str(path), str(exc)) from exc
+    """Read a scenario file; raises ConfigError (prefixed with the file) on bad input.
+
+    A relative path that does not exist is also looked up among the bundled scenarios
+    (``scenarios/quickstart.toml`` works from any directory, and from a wheel install).
+    """
+    path = find_scenario(path)
+    raw = read_toml_file(path, "scenario", "TOML file")
     return build_scenario(apply_overrides(raw, overrides or []), source=str(path))
 
 
+def find_scenario(path: str | Path) -> Path:
+    """``path`` as given when it exists, else the bundled scenario of that relative name."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    parts = given.parts[1:] if given.parts[:1] == ("scenarios",) else given.parts
+    bundled = SCENARIOS_DIR.joinpath(*parts) if parts else given
+    return bundled if bundled.is_file() else given
+
+
+def read_text_file(path: Path, key: str, what: str) -> str:
+    """The UTF-8 text of an input file. Every failure (missing, a directory, unreadable, too big,
+    not UTF-8) is a ConfigError naming ``key`` and the file; the message never quotes the content."""
+    if not path.exists():
+        raise ConfigError(key, f"an existing {what}", str(path),
+                          f"check the path (relative paths start at {Path.cwd()})")
+    if path.is_dir():
+        raise ConfigError(key, f"a {what}, not a directory", str(path), "name a file inside it")
+    if not path.is_file():
+        raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a device")
+    try:
+        if path.stat().st_size > MAX_INPUT_BYTES:
+            raise ConfigError(key, f"a {what} of at most {MAX_INPUT_BYTES // 2**20} MiB", str(path),
+                              "check the path: this is not a scenario-sized text file")
+        data = path.read_bytes()
+    except PermissionError:
+        raise ConfigError(key, f"a readable {what}", str(path), "check its permissions (ls -l) or "
+                          "copy it somewhere you can read", context="permission denied") from None
+    except OSError as exc:
+        raise ConfigError(key, f"a readable {what}", str(path), "check the file",
+                          context=exc.strerror or type(exc).__name__) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(key, f"a UTF-8 text {what}", str(path), "save it as UTF-8 (or check "
+                          "that the path names the right file)",
+                          context=f"line {line} holds bytes that are not UTF-8") from None
+
+
+# tomllib messages that quote the file (a key or a character) and what to say instead
+_TOML_QUOTING = (("Cannot declare", "a key or table declared twice"),
+                 ("Cannot mutate", "a table extended after it was defined inline"),
+                 ("Cannot redefine", "a table redefined"),
+                 ("Duplicate inline table key", "a key repeated in an inline table"),
+                 ("Found invalid character", "an invalid character"),
+                 ("Illegal character", "an illegal character"))
+
+
+def read_toml_file(path: Path, key: str, what: str) -> dict[str, Any]:
+    """``read_text_file`` parsed as TOML; a syntax error names the line and column, not the text."""
+    text = read_text_file(path, key, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = re.search(r"\(at (line \d+, column \d+|end of document)\)", message)
+        reason = message[:where.start()].strip() if where else message
+        reason = next((say for start, say in _TOML_QUOTING if reason.startswith(start)), reason)
+        at = where.group(1) if where else "somewhere"
+        raise ConfigError(key, "valid TOML", str(path), "correct the syntax there (key = value, "
+                          'strings in "double quotes", [section] headers)',
+                          context=f"{at}: {reason[:1].lower() + reason[1:]}") from None
+
+
+_KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)?")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"strategy.k=2"`` -> ("strategy.k", 2). Values use TOML syntax; a bare word is a string."""
+    """``"strategy.k=2"`` -> ("strategy.k", 2). Values use TOML syntax; a bare word is a string.
+
+    Raises ConfigError for a missing ``=``, a key that is not ``key`` or ``section.key``, or a
+    value that starts like a TOML array, table or string but does not parse.
+    """
     if "=" not in text:
-        raise ConfigError("--set", "of the form section.key=value", text)
+        raise ConfigError("--set", "of the form section.key=value", text, "e.g. --set parallel.pp=2")
     key, value = (part.strip() for part in text.split("=", 1))
+    if not _KEY_PATH.fullmatch(key):
+        raise ConfigError("--set", "of the form section.key=value with a key such as parallel.pp",
+                          text, "name one key: a top-level key (name, seed) or section.key")
     try:
         return key, tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
+        if value[:1] in "[{\"'" and value:
+            raise ConfigError("--set", "a TOML value (e.g. 2, 1.5, true, [4, 2], \"text\")", text,
+                              "close the brackets or quotes of the value") from None
         return key, value
+
+
+def check_override_key(key: str, flag: str = "--set") -> None:
+    """Raise ConfigError unless ``key`` names a scenario key (``seed``, ``parallel.pp``, a strategy
+    option of some registered strategy), so a sweep over a misspelt key fails before it starts."""
+    section, _, name = key.rpartition(".")
+    if section == "strategy":
+        from ltsim.strategies import REGISTRY  # strategies sit below scenario; import on use
+
+        known = {"name"} | {f.name for s in REGISTRY.values() for f in fields(s.options_type)}
+    else:
+        known = set(SCHEMA.get(section, ()))
+    sections = sorted(set(SCHEMA) - {""} | {"strategy"})
+    if not _KEY_PATH.fullmatch(key) or section not in set(SCHEMA) | {"strategy"}:
+        raise ConfigError(flag, f"a top-level key (name, seed) or section.key with a section of "
+                          f"{', '.join(sections)}", key, "e.g. parallel.pp or strategy.k")
+    if name not in known:
+        raise ConfigError(flag, f"a known key ({', '.join(sorted(known))})", key,
+                          "check the spelling")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +211,9 @@ def build_scenario(raw: dict[str, Any], *, source: str = "") -> Scenario:
 def _check_keys(raw: dict[str, Any]) -> None:
     sections = set(SCHEMA) | {"strategy"}
     for key, value in raw.items():
+        if key in sections - {""} and not isinstance(value, dict):
+            raise ConfigError(key, f"a [{key}] table", type(value).__name__,
+                              f"write [{key}] on its own line, then its keys")
         if isinstance(value, dict):
             if key not in sections:
                 raise ConfigError(key, f"a known section ({', '.join(sorted(sections - {''}))})",
@@ -118,8 +227,8 @@ def _check_keys(raw: dict[str, Any]) -> None:
 
 
 def _check_value(path: str, rule: str | None, value: Any, known: dict[str, str]) -> None:
-    if rule is None:
-        raise ConfigError(path, f"a known key ({', '.join(sorted(known))})", value,
+    if rule is None:  # the key, not its value: a file pointed at by mistake is not echoed
+        raise ConfigError(path, f"a known key ({', '.join(sorted(known))})", path.rpartition(".")[2],
                           "remove it or check the spelling")
     if not _CHECK[rule](value):
         raise ConfigError(path, rule, value)
@@ -132,9 +241,14 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     strategy = dict(raw.get("strategy", {}))
     if "name" not in strategy:
         raise ConfigError("strategy.name", "given", None, 'add [strategy] name = "megatron-1f1b"')
+    if raw.get("seed", 0) < 0:
+        raise ConfigError("seed", "a non-negative integer", raw["seed"], "use 0 or a positive integer")
     cluster = _cluster(raw.get("hardware", {}))
+    model = _model(raw.get("model", {}))
     par_raw = dict(raw.get("parallel", {}))
-    parallel = ParallelConfig(**{k: v for k, v in par_raw.items() if k != "dp"}, dp=1)
+    # degrees first (dp stands in as 1): a zero degree must not reach the divisibility arithmetic
+    parallel = ParallelConfig(**{k: v for k, v in par_raw.items() if k != "dp"}, dp=1).validate()
+    _check_heads(model, parallel)
     mp = parallel.tp * parallel.cp * parallel.pp
     if cluster.num_devices % mp:
         raise ConfigError("parallel.pp", f"such that tp*cp*pp divides the {cluster.num_devices} "
@@ -148,17 +262,52 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     get_strategy(name).parse(strategy)  # validate options now, at load time
     work = dict(raw.get("workload", {}))
     work["lengths"] = tuple(work.get("lengths", ()))
-    if work.get("dataset") and source:  # a length file is found beside the scenario file first
-        beside = Path(source).parent / work["dataset"]
-        if not Path(work["dataset"]).is_absolute() and beside.is_file():
-            work["dataset"] = str(beside)
+    if work.get("dataset"):
+        work["dataset"] = resolve_dataset(work["dataset"], source)
     workload = Workload(**work).validate()
     if parallel.dp > workload.batch_size:
         raise ConfigError("workload.global_batch_size", f"at least parallel.dp = {parallel.dp}",
                           workload.batch_size, fix="use a larger batch or fewer DP replicas")
-    return Scenario(name=raw["name"], model=_model(raw.get("model", {})), cluster=cluster,
+    return Scenario(name=raw["name"], model=model, cluster=cluster,
                     parallel=parallel, workload=workload, strategy=name,
                     strategy_options=strategy, seed=raw.get("seed", 0), source=source, raw=raw)
+
+
+def resolve_dataset(dataset: str, source: str) -> str:
+    """A relative length-file path is found beside the scenario file first, then from the working
+    directory; names of built-in datasets and other paths are returned unchanged."""
+    if source and not Path(dataset).is_absolute():
+        beside = Path(source).parent / dataset
+        if beside.is_file():
+            return str(beside)
+    return dataset
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _check_heads(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """Layouts Megatron-LM rejects: TP splits whole attention heads (query heads, and KV heads unless
+    TP exceeds them, when each KV head is replicated over tp / num_kv_heads ranks); Ulysses CP then
+    splits the heads left on each TP rank (DeepSpeed-Ulysses needs heads divisible by its degree)."""
+    heads, kv, tp, cp = model.num_attention_heads, model.num_kv_heads, parallel.tp, parallel.cp
+    fix = "choose parallel.tp from {}".format
+    if heads % tp:
+        raise ConfigError("parallel.tp", f"a divisor of model.num_attention_heads = {heads}", tp,
+                          fix(_divisors(heads)), context=f"{model.name} has {heads} query heads")
+    if tp <= kv and kv % tp:
+        raise ConfigError("parallel.tp", f"a divisor of model.num_kv_heads = {kv} (tp <= KV heads)",
+                          tp, fix(_divisors(kv)), context=f"{model.name} has {kv} KV heads")
+    if tp > kv and tp % kv:
+        raise ConfigError("parallel.tp", f"a multiple of model.num_kv_heads = {kv} when larger "
+                          "(each KV head is replicated)", tp, fix(_divisors(heads)),
+                          context=f"{model.name} has {kv} KV heads")
+    if parallel.cp_kind == "ulysses" and (heads // tp) % cp:
+        raise ConfigError("parallel.cp", f"a divisor of the {heads // tp} heads per TP rank "
+                          "(Ulysses splits heads)", cp, f"choose parallel.cp from "
+                          f"{_divisors(heads // tp)}, or cp_kind = \"ring\"",
+                          context=f"{heads} heads / tp={tp}")
 
 
 def _model(section: dict[str, Any]) -> ModelSpec:
@@ -178,7 +327,26 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
     for key in ("num_nodes", "gpus_per_node"):
         if section.get(key, 1) < 1:
             raise ConfigError(f"hardware.{key}", "a positive integer", section[key])
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ConfigError("hardware.memory_limit_gib", "a positive, finite number of GiB", limit,
+                          "omit it to use the device's memory")
+    if section.get("profile"):
+        _check_profile(section["profile"])
     return ClusterSpec(device=device, num_nodes=section.get("num_nodes", 1),
                        gpus_per_node=section.get("gpus_per_node", 8),
                        memory_limit_bytes=int(limit * GiB) if limit is not None else None,
-                       profile=section.get("profile", ""))
+                       profile=section.get("profile", ""),
+                       attention_kernel=section.get("attention_kernel", ""))
+
+
+def _check_profile(name: str) -> None:
+    """hardware.profile names a directory now, before anything runs (its tables load on first use)."""
+    from ltsim.errors import ProfileError
+    from ltsim.profiles import available_profiles, resolve_profile  # pandas: import on use
+
+    try:
+        resolve_profile(name)
+    except ProfileError:
+        raise ConfigError("hardware.profile", "a profile directory (a bundled name or a path)", name,
+                          f"use one of {', '.join(available_profiles()) or 'none'}, or the path of "
+                          "a directory written by `ltsim profile`") from None

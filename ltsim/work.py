@@ -147,8 +147,8 @@ class Comm(NamedTuple):
 
     collective: "send_recv" | "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" |
       "d2h" | "h2d"; tensor: "act" (a stage's output), "act_grad" (its gradient), "kv" (K/V of the
-      work's layers: ring CP), "qkvo" (Ulysses: Q, K, V in and the output back), "grads",
-      "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
+      work's layers: ring CP), "qkvo" (Ulysses: Q, K, V in and the output back), "grads" (fp32),
+      "model_grads" (in the model dtype), "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
       part; ``gpus`` the lowest and highest global GPU rank among them (on two nodes: the
       inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward).
     A named tuple, as Op: every SEND carries one.

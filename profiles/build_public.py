@@ -1,4 +1,4 @@
-"""Rebuild the shipped profiles a100-sxm4-80gb, h100-sxm5-80gb and h200 from public measurements.
+"""Rebuild the shipped profiles a100-sxm4-80gb, h100-sxm5-80gb-public and h200 from public measurements.
 
     python profiles/build_public.py [--data DIR] [--only a100|h100|h200]
 
@@ -259,13 +259,13 @@ def build_h200(h100: dict) -> dict[str, pd.DataFrame]:
         device="NVIDIA H200 (SXM, 141 GB HBM3e)", memory_bytes=141 * GB, method="mixed", date=DATE,
         software={**base.software, "collectives": "ml-engineering all_reduce_bench (torch 2.9.1, "
                                                   "nccl 2.27.7) and nccl-tests"},
-        tables={"gemm": {**base.tables["gemm"], "borrowed": "all rows from h100-sxm5-80gb: same "
+        tables={"gemm": {**base.tables["gemm"], "borrowed": "all rows from h100-sxm5-80gb-public: same "
                          "GH100 compute (MAMF table: 'H200 is the same'); H200's faster HBM3e "
                          "(4.8 vs 3.35 TB/s) is ignored, so memory-bound GEMMs are pessimistic"},
                 "attention": {**base.tables["attention"], "borrowed": "all rows from "
-                              "h100-sxm5-80gb (FA3 and FA2 on H100)"},
+                              "h100-sxm5-80gb-public (FA3 and FA2 on H100)"},
                 "collectives": _provenance(collectives, borrowed=(
-                    "from h100-sxm5-80gb: all_reduce groups 2 and 4 up to 64 MiB, send_recv, and "
+                    "from h100-sxm5-80gb-public: all_reduce groups 2 and 4 up to 64 MiB, send_recv, and "
                     "every inter-node row"), calibration=(
                     "all_gather/reduce_scatter at 8 ranks = 0.5 x NVLS all_reduce x "
                     f"{ {k: round(v, 3) for k, v in _h200_scale(collectives).items()} } "
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.data:
         pub.DATA_DIR = Path(args.data)
-    names = {"a100": "a100-sxm4-80gb", "h100": "h100-sxm5-80gb", "h200": "h200"}
+    names = {"a100": "a100-sxm4-80gb", "h100": "h100-sxm5-80gb-public", "h200": "h200"}
     built = {}
     if args.only in (None, "a100"):
         built["a100"] = build_a100()

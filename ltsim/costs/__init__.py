@@ -49,6 +49,11 @@ class CostModel(Protocol):
         """Bytes a buffer holds on one GPU (or in host memory for one GPU, when ``buffer.host``)."""
         ...
 
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+        """Transient bytes a compute op holds while it runs, beyond the buffers it allocates
+        (e.g. the LM head's loss); charged at its start and released at its end."""
+        ...
+
     def static_memory_bytes(self, device: Device) -> int:
         """Weights, gradients and optimizer state on one GPU of ``device``."""
         ...

@@ -34,7 +34,17 @@ class BufferCosts:
         work = buffer.work
         per_token = self.per_token(buffer.kind, buffer.keep, work.num_layers, work.split,
                                    work.embed, work.head)
-        return int(per_token * work.num_tokens)
+        total = per_token * work.num_tokens
+        if buffer.kind == "act" and buffer.keep in (Keep.ALL, Keep.SELECTIVE):
+            # A slice with context attends to K/V concatenated from its earlier chunks and its own;
+            # autograd saves that concatenation per layer for the attention backward (the executor's
+            # torch.cat before SDPA, ChunkFlow's and flash-attn's K/V-cache calls alike), a copy of
+            # the context's K/V beside the sequence's kv state.
+            context = sum(s.start for s in work.slices)
+            if context:
+                total += context * self.per_token("kv", Keep.ALL, work.num_layers, work.split,
+                                                  False, False)
+        return int(total)
 
     def _per_token(self, kind: str, keep: Keep, layers: int, split: Split, embed: bool,
                    head: bool) -> float:
@@ -58,7 +68,16 @@ class BufferCosts:
             return mem.kv_grad_bytes_per_token(m, par, num_layers=layers)
         raise ValueError(f"unknown buffer kind {kind!r}")
 
+    def working_bytes(self, kind, work) -> int:
+        """Transient bytes of one op beyond its buffers: the LM head's loss (memory.py)."""
+        if not work.head or kind.value not in ("F", "B", "R"):
+            return 0
+        per_token = mem.loss_working_bytes_per_token(self.model, as_parallel(work.split),
+                                                     backward=kind.value == "B")
+        return int(per_token * work.num_tokens)
+
     def static_bytes(self, device: Device) -> mem.StaticMemory:
-        par = ParallelConfig(tp=device.tp, dp=device.num_shards, zero_stage=device.zero_stage)
+        par = ParallelConfig(tp=device.tp, dp=device.num_shards, zero_stage=device.zero_stage,
+                             grad_dtype=device.grad_dtype, optimizer_dtype=device.optimizer_dtype)
         return mem.static_memory_bytes(self.model, par, num_layers=device.num_layers,
                                        has_embedding=device.embed, has_head=device.head)

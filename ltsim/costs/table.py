@@ -33,7 +33,8 @@ class TableCostModel:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, *,
                  overhead: mem.AllocatorOverhead = mem.ALLOCATOR_OVERHEAD) -> None:
         self.model, self.cluster = model, cluster
-        self.profile = load_profile(cluster.profile_dir).for_run()
+        self.profile = load_profile(cluster.profile_dir,
+                                    attention_kernel=cluster.attention_kernel or None).for_run()
         self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)
@@ -55,6 +56,9 @@ class TableCostModel:
 
     def buffer_bytes(self, buffer: Buffer) -> int:
         return self._buffers.bytes(buffer)
+
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+        return 0 if part == "attn" else self._buffers.working_bytes(kind, work)
 
     def static_memory_bytes(self, device: Device) -> int:
         return int(self._buffers.static_bytes(device).total_bytes)

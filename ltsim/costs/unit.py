@@ -42,6 +42,9 @@ class UnitCostModel:
             return 0
         return int(buffer.work.num_tokens / buffer.work.split.cp)
 
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+        return 0  # the papers' figures count activations only
+
     def static_memory_bytes(self, device: Device) -> int:
         return 0
 

@@ -152,6 +152,13 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
         raise ConfigError("executor.device", f"a machine with {plan.num_devices} CUDA devices "
                           "(one per simulated device)", f"{torch.cuda.device_count()} found",
                           "run on CPU with backend 'gloo' or use fewer stages / replicas")
+    narrow = spec.dtype in ("bf16", "fp16")
+    for key in ("grad_dtype", "optimizer_dtype"):  # the executor keeps one memory convention
+        if narrow and getattr(parallel, key) != "model":
+            raise ConfigError(f"parallel.{key}", '"model" for the executor with a 16-bit model '
+                              "(it keeps gradients and Adam state in the model dtype, no fp32 "
+                              "master copy)", getattr(parallel, key),
+                              f'set parallel.{key} = "model" so the prediction describes the run')
     if parallel.tp != 1 or parallel.cp != 1:
         raise ConfigError("parallel.tp", "1 with cp 1: the executor runs pipeline and data "
                           "parallelism only", (parallel.tp, parallel.cp))

@@ -11,12 +11,12 @@ from pathlib import Path
 
 
 def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[int], quick: bool,
-                resume: bool, progress: bool) -> Path:
+                resume: bool, progress: bool, threads: int | None = None) -> Path:
     """Measure every table into `out`; see `ltsim.profiler.harness.run_profile`."""
     from ltsim.profiler.harness import run_profile as run
 
     return run(device=device, out=out, models=models, tp_degrees=tp_degrees, quick=quick,
-               resume=resume, progress=progress)
+               resume=resume, progress=progress, threads=threads)
 
 
 __all__ = ["run_profile"]

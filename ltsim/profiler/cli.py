@@ -35,30 +35,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="catalog model whose shapes to measure (repeatable; default: "
                         "llama-tiny and llama-small on cpu, qwen2.5-7b on cuda)")
     parser.add_argument("--tp", dest="tp_degrees", type=_tp_list, default=[], metavar="1,2,4",
-                        help="tensor-parallel degrees (default: 1 on cpu, 1,2,4,8 on cuda)")
+                        help="tensor-parallel degrees (default: 1 on cpu, 1,2,4,8 on cuda); a "
+                        "degree a model cannot take is skipped for it, with a note in meta.json")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     parser.add_argument("--resume", action="store_true",
                         help="keep finished tables and partial checkpoints in --out")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch intra-op threads (default: torch's own choice)")
+                        help="torch intra-op threads (default: 1 on cpu, as the executor runs one "
+                        "thread per process; torch's own choice on cuda)")
 
 
 def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
     """Run the profile described by parsed `args`; returns the profile directory.
 
-    progress: the stream for the progress bar (drawn only when it is a terminal), or None.
-    Raises LtsimError for bad input; KeyboardInterrupt leaves the finished tables and checkpoints.
+    progress: the stream for progress (a bar on a terminal, else a line per finished table), or
+    None. Raises LtsimError for bad input; KeyboardInterrupt leaves the finished tables and
+    checkpoints.
     """
     from ltsim.profiler import run_profile
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError("--threads", "a positive integer", args.threads)
-        import torch
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("--threads", "a positive integer", args.threads)
     from ltsim.profiler.tables import progress_stream
 
     with progress_stream(progress):
         return run_profile(device=args.device, out=args.out, models=list(args.models),
                            tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,
-                           progress=progress is not None)
+                           progress=progress is not None, threads=args.threads)

@@ -6,6 +6,12 @@ collectives.
 meta.json is rewritten after every table, so an interrupted run leaves a readable profile of what
 it finished; its `notes` say which tables are still pending. Each table's provenance records the
 1-minute load average before and after it, since on a shared machine other processes skew CPU times.
+
+What a machine or model cannot give is skipped, not fatal: a TP degree a model cannot take
+(qwen2.5-7b's 28 heads at tp 8) is left out for that model, and with fewer than 2 devices (one
+GPU) there is no collectives table. Both are logged and noted in meta.json (`notes`;
+`tables.<name>.skipped_tp`; `tables.collectives.skipped`), and the profile still loads
+(ltsim.profiles: collectives.csv is optional until a collective over 2 or more ranks is looked up).
 """
 
 from __future__ import annotations
@@ -37,39 +43,81 @@ log = logging.getLogger(__name__)
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_MODELS = {"cpu": ("llama-tiny", "llama-small"), "cuda": ("qwen2.5-7b",)}
-DEFAULT_TP = {"cpu": (1,), "cuda": (1, 2, 4, 8)}
+DEFAULT_TP = {"cpu": (1,), "cuda": (1, 2, 4, 8)}  # degrees a model cannot take are skipped
+DEFAULT_THREADS = {"cpu": 1}  # the executor runs one thread per process; None: torch's own choice
 COLLECTIVE_DTYPE = {"cpu": "fp32", "cuda": "bf16"}
 
 
 def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[int], quick: bool,
-                resume: bool, progress: bool) -> Path:
+                resume: bool, progress: bool, threads: int | None = None) -> Path:
     """Measure all tables into `out` and return it.
 
     device: "cpu" or "cuda"; models: catalog names (empty: the device's defaults); tp_degrees: TP
     degrees (empty: defaults); quick: fewer sizes and repeats; resume: keep finished tables and
-    partial checkpoints in `out`; progress: draw a progress bar when stderr is a terminal.
-    Raises ConfigError for a bad device, model or TP degree, ProfileError when a table fails.
+    partial checkpoints in `out`; progress: show progress on the stream set by
+    `tables.progress_stream` (a bar on a terminal, else a line per table); threads: torch intra-op
+    threads while measuring (None: 1 on cpu, as the executor runs and profiles/cpu-ci was measured;
+    torch's own choice on cuda).
+    A TP degree a model cannot take (e.g. 8 for 28 heads) is skipped for that model, with a note in
+    meta.json; collectives are skipped, with a note, when fewer than 2 devices can form a group.
+    Raises ConfigError for a bad device, model or thread count, or a model no TP degree fits;
+    ProfileError when a table fails.
     """
     torch_device = _torch_device(device)
     models = list(models) or list(DEFAULT_MODELS[device])
     tp_degrees = list(tp_degrees) or list(DEFAULT_TP[device])
-    shards = tuple(shard(get_model(name), tp) for name in models for tp in tp_degrees)
-    max_group = torch.cuda.device_count() if device == "cuda" else 2
-    sizes = sizes_for(device, quick=quick, max_group_size=max_group)
-    jobs = build_jobs(shards, sizes, Bench(device=torch_device, plan=sizes.timing), device)
+    shards, skipped_tp = usable_shards(models, tp_degrees)
+    threads = DEFAULT_THREADS.get(device) if threads is None else threads
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ConfigError("--threads", "a positive integer", threads)
+    for note in skipped_tp:
+        log.warning("skipped %s", note)
+    group_devices = collective_devices(device)
+    sizes = sizes_for(device, quick=quick, max_group_size=group_devices)
+    skipped_tables: dict[str, dict[str, Any]] = {}
+    if not sizes.collective_group_sizes:
+        skipped_tables["collectives"] = {"skipped": _no_group(device, group_devices),
+                                         "devices": group_devices}
+        log.warning("collectives: skipped (%s)", skipped_tables["collectives"]["skipped"])
+    jobs = [job for job in build_jobs(shards, sizes, Bench(device=torch_device, plan=sizes.timing),
+                                      device, skipped_tp=skipped_tp)
+            if job.name not in skipped_tables]
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run_jobs(jobs, device=device, torch_device=torch_device, out=Path(out),
+                         models=models, tp_degrees=tp_degrees, quick=quick, resume=resume,
+                         progress=progress, skipped_tables=skipped_tables, skipped_tp=skipped_tp)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_jobs(jobs: list[TableJob], *, device: str, torch_device: torch.device, out: Path,
+              models: list[str], tp_degrees: list[int], quick: bool, resume: bool, progress: bool,
+              skipped_tables: dict[str, dict[str, Any]], skipped_tp: list[str]) -> Path:
+    """Measure `jobs` into `out`, rewriting meta.json after each (see the module docstring)."""
     args = {"device": device, "models": models, "tp": tp_degrees, "quick": quick,
             "threads": torch.get_num_threads()}
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     previous = _previous_tables(out) if resume else {}
     name, memory_bytes, software = describe(torch_device)
     tables: dict[str, dict[str, Any]] = {}
     bar = Progress(enabled=progress)
     command = canonical_command(args, out)
+    skipped = [f"{table} ({entry['skipped']})" for table, entry in skipped_tables.items()]
+    skipped += skipped_tp
+
+    def meta(pending: list[str]) -> ProfileMeta:
+        return ProfileMeta(device=name, memory_bytes=memory_bytes, method="measured", date=_now(),
+                           software=software, tables={**tables, **skipped_tables},
+                           command=command, notes=_notes(pending, skipped))
+
     for position, job in enumerate(jobs):
         if resume and table_done(out, job.name):
             tables[job.name] = _kept(previous.get(job.name), args, job.name)
             log.info("%s: kept from the earlier run", job.name)
+            bar.line(f"{job.name}: kept from the earlier run")
             continue
         start_s, load_start = time.perf_counter(), _load()
         rows = run_table(job, out, resume=resume, progress=bar)
@@ -78,19 +126,56 @@ def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[i
                             "num_threads": torch.get_num_threads(),
                             "load_average_1min": [load_start, _load()]}
         log.info("%s: %d rows in %.1f s", job.name, rows, tables[job.name]["duration_s"])
-        pending = [j.name for j in jobs[position + 1:]]
-        write_meta(out, ProfileMeta(device=name, memory_bytes=memory_bytes, method="measured",
-                                    date=_now(), software=software, tables=dict(tables),
-                                    command=command, notes=_notes(pending)))
-    write_meta(out, ProfileMeta(device=name, memory_bytes=memory_bytes, method="measured",
-                                date=_now(), software=software, tables=tables, command=command,
-                                notes=_notes([])))
+        bar.finished(job.name, rows, tables[job.name]["duration_s"])
+        write_meta(out, meta([j.name for j in jobs[position + 1:]]))
+    write_meta(out, meta([]))
     return out
 
 
-def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, device: str
-               ) -> list[TableJob]:
-    """The table jobs of a profile, in measuring order."""
+def collective_devices(device: str) -> int:
+    """How many devices a collectives group can span here: the visible GPUs for NCCL; on CPU, gloo
+    runs its ranks as processes, 2 of them."""
+    return torch.cuda.device_count() if device == "cuda" else 2
+
+
+def _no_group(device: str, count: int) -> str:
+    unit = "GPU" if device == "cuda" else "device"
+    what = "one " + unit if count == 1 else f"{count} {unit}s"
+    return (f"{what}: no group of 2 to measure (collectives.csv not written; collective lookups "
+            "need one: profile on a machine with >= 2 GPUs or copy a published one)")
+
+
+def usable_shards(models: Sequence[str], tp_degrees: Sequence[int]
+                  ) -> tuple[tuple[ShardShape, ...], list[str]]:
+    """The shards of every (model, TP degree) a model can take, and a note per skipped pair.
+
+    A degree a model cannot take (its heads, K/V heads or ffn width do not split that way) is
+    skipped for that model; raises ConfigError when a model can take none of the degrees.
+    """
+    shards: list[ShardShape] = []
+    skipped: list[str] = []
+    for model in models:
+        spec = get_model(model)
+        errors: dict[int, ConfigError] = {}
+        for tp in tp_degrees:
+            try:
+                shards.append(shard(spec, tp))
+            except ConfigError as exc:
+                errors[tp] = exc
+        if errors and len(errors) == len(tp_degrees):
+            if len(errors) == 1:
+                raise next(iter(errors.values()))
+            reasons = "; ".join(f"tp {tp}: {exc.rule}" for tp, exc in errors.items())
+            raise ConfigError("--tp", f"degrees that {spec.name} can take", list(tp_degrees),
+                              "give at least one such degree", context=reasons)
+        skipped += [f"{spec.name} at tp {tp}: tp must be {exc.rule}" for tp, exc in errors.items()]
+    return tuple(shards), skipped
+
+
+def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, device: str, *,
+               skipped_tp: Sequence[str] = ()) -> list[TableJob]:
+    """The table jobs of a profile, in measuring order. `skipped_tp` (notes on the TP degrees a
+    model could not take) goes into the provenance of every table measured per model and degree."""
     timing = {"timer": timer_name(bench.device), "timing": bench.plan.description}
     flash = any(attention.uses_flash(bench.device, TORCH_DTYPES[s.dtype]) for s in shards)
     kernel = attention.FLASH_KERNEL if flash else attention.SDPA_KERNEL
@@ -98,7 +183,7 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                   "torch SDPA on (1, heads, tokens, head_dim), is_causal when q == kv, bottom-right "
                   "boolean mask when q < kv, K/V repeat_interleave'd to the query heads")
     gemm_notes = "C[m,n] = A[m,k] @ B[k,n]; op lists every use as model/tpN/layer.pass"
-    return [
+    jobs = [
         TableJob(name="gemm", points=gemm.gemm_points(shards, sizes.gemm_tokens, ("fwd",)),
                  measure=interleaved(lambda p: gemm.prepare_gemm(p, bench), bench),
                  provenance={"method": "measured", "kernel": "torch.mm", **timing,
@@ -138,6 +223,10 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                              "timing": sizes.collective_timing.description +
                              "; per repeat the slowest rank, after a barrier"}),
     ]
+    for job in jobs:  # every table but collectives is measured per model and TP degree
+        if skipped_tp and job.name != "collectives":
+            job.provenance["skipped_tp"] = list(skipped_tp)
+    return jobs
 
 
 def canonical_command(args: dict[str, Any], out: Path) -> str:
@@ -179,9 +268,11 @@ def _kept(previous: dict[str, Any] | None, args: dict[str, Any], name: str) -> d
     return previous
 
 
-def _notes(pending: list[str]) -> str:
+def _notes(pending: list[str], skipped: Sequence[str] = ()) -> str:
     argv = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
     state = f"incomplete: tables not yet measured: {', '.join(pending)}" if pending else "complete"
+    if skipped:
+        state += f". Skipped: {'; '.join(skipped)}"
     return f"{state}. Process argv: {argv}"
 
 

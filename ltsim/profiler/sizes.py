@@ -46,15 +46,20 @@ def powers_of_two(low: int, high: int, step: int = 1) -> tuple[int, ...]:
 
 
 def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
-    """Sizes for device "cpu" or "cuda"; `max_group_size` caps the collective group sizes."""
-    groups = tuple(g for g in (2, 4, 8) if g <= max_group_size) or (2,)
+    """Sizes for device "cpu" or "cuda"; `max_group_size` caps the collective group sizes.
+
+    `max_group_size` is the number of devices a collective group can span (GPUs for NCCL). Below 2
+    there is no group to measure: `collective_group_sizes` is empty and the profile has no
+    collectives table.
+    """
+    groups = tuple(g for g in (2, 4, 8) if g <= max_group_size)
     if device == "cpu":
         if quick:
             return ProfileSizes(
                 gemm_tokens=(16, 128, 1024), attention_tokens=(16, 128, 1024, 2048),
                 varlen_total_tokens=(512, 2048), varlen_num_seqs=(2, 8),
                 elementwise_tokens=(16, 256, 4096), memory_tokens=(128, 512),
-                collective_bytes=(64 * KiB, 1 * MiB, 16 * MiB), collective_group_sizes=(2,),
+                collective_bytes=(64 * KiB, 1 * MiB, 16 * MiB), collective_group_sizes=groups[:1],
                 timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=10, target_s=0.02),
                 collective_timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=10,
                                              target_s=0.02))
@@ -63,7 +68,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             attention_tokens=(*powers_of_two(16, 4096, 2), 8192, 16384),
             varlen_total_tokens=(1024, 4096, 8192), varlen_num_seqs=(2, 8, 32),
             elementwise_tokens=powers_of_two(16, 8192, 2), memory_tokens=(256, 1024, 4096),
-            collective_bytes=powers_of_two(4 * KiB, 64 * MiB, 2), collective_group_sizes=(2,),
+            collective_bytes=powers_of_two(4 * KiB, 64 * MiB, 2), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=30, target_s=0.5,
                               long_call_s=0.5, rounds=3),
             collective_timing=TimingPlan(warmup=5, min_repeats=10, max_repeats=200, target_s=0.25))

@@ -102,8 +102,13 @@ class Engine:
             if op.start_deps:
                 waits += tuple(began[d] for d in op.start_deps)
             coll = (key.token, op.group) if op.kind is OpKind.COLL and len(op.group) > 1 else None
+            alloc, host_alloc = nbytes(op.allocs)
+            free, host_free = nbytes(op.frees)
+            if op.work is not None:  # an op's working set is held while it runs
+                working = cost.working_bytes(op.kind, op.work, part=op.part)
+                alloc, free = alloc + working, free + working
             return (key.token, kind_text[key.kind], key.stage, key.chunk, waits, price(op),
-                    nbytes(op.allocs), nbytes(op.frees), coll, done.get(key), began.get(key))
+                    (alloc, host_alloc), (free, host_free), coll, done.get(key), began.get(key))
 
         def arrive(coll, size: int):
             barrier = barriers.get(coll)

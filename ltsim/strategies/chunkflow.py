@@ -44,7 +44,8 @@ from ltsim.strategies.chunking import pack_sequences, renumber, split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.packing import POLICIES
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions
-from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, mems
+from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
+                                      keep_policy, mems)
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -70,6 +71,7 @@ def construct_chunks(seq_ids: list[int], lengths: tuple[int, ...], options: Opti
                      first_index: int = 0, replica: int = 0) -> tuple[list[Chunk], list[list[int]]]:
     """Algorithm 1. Returns the chunks and the dependent groups (chunk indices, in sequence order)."""
     size = options.chunk_size
+    check_chunk_count(sum(-(-lengths[s] // size) for s in seq_ids), "strategy.chunk_size", size)
     groups = [split_sequence(s, lengths[s], size, replica) for s in seq_ids if lengths[s] > size]
     short_ids = [s for s in seq_ids if lengths[s] <= size]
     standalone = pack_sequences(short_ids, lengths, size, options.packing, replica)

@@ -279,7 +279,8 @@ def add_dp_reduction(draft: Draft) -> Draft:
         coll = list(draft.ops(device.index, "coll"))
         params = _params_work(device, draft.layout)
         gpus = _shard_gpus(draft, device)
-        grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce", "grads", params,
+        grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce",
+                     "grads" if device.grad_dtype == "fp32" else "model_grads", params,
                      group_size=device.num_shards, gpus=gpus)
         if device.zero_stage >= 2 and device.num_shards > 1 and single_stage:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)

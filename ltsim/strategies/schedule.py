@@ -25,6 +25,19 @@ from ltsim.plan import Chunk, Device, Keep, OpKey, OpKind, Slice, Split
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
 
+# A plan holds an op per chunk, stage and pass: past this many chunks a batch would take minutes
+# to plan and gigabytes to hold, so it is refused at once (no cluster trains such a batch).
+MAX_CHUNKS = 1_000_000
+
+
+def check_chunk_count(num_chunks: int, key: str, value: object) -> None:
+    """Raise ConfigError when a batch would be cut into more than MAX_CHUNKS chunks."""
+    if num_chunks > MAX_CHUNKS:
+        raise ConfigError(key, f"such that a batch has at most {MAX_CHUNKS:,} chunks", value,
+                          "use larger chunks or shorter sequences",
+                          context=f"this batch would make {num_chunks:,}")
+
+
 def keep_policy(recompute: str) -> Keep:
     """Megatron-LM's recompute setting as what a kept forward keeps."""
     return _KEEP[recompute]
@@ -132,7 +145,8 @@ class Layout:
             out.append(Device(index=index, stage=stage, replica=par.dp_rank_of(index),
                               layers=self.stage_layers[stage], embed=stage == 0,
                               head=stage == par.pp - 1, tp=par.tp, cp_width=par.cp,
-                              zero_stage=par.zero_stage, num_shards=par.dp * par.cp))
+                              zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
+                              grad_dtype=par.grad_dtype, optimizer_dtype=par.optimizer_dtype))
         return tuple(out)
 
     def rank_devices(self) -> tuple[Device, ...]:
@@ -146,7 +160,9 @@ class Layout:
                     out.append(Device(index=len(out), stage=stage, replica=replica,
                                       layers=self.stage_layers[stage], embed=stage == 0,
                                       head=stage == par.pp - 1, tp=par.tp, cp_width=1, cp_rank=rank,
-                                      zero_stage=par.zero_stage, num_shards=par.dp * par.cp))
+                                      zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
+                                      grad_dtype=par.grad_dtype,
+                                      optimizer_dtype=par.optimizer_dtype))
         return tuple(out)
 
     def rank_device(self, replica: int, stage: int, rank: int) -> int:

@@ -1,12 +1,14 @@
-"""The profiler on CPU: a quick profile (collectives over 2 gloo processes), interrupt and resume.
+"""The profiler on CPU: a quick profile (collectives over 2 gloo processes), interrupt and resume;
+what a machine or model cannot give is skipped (a TP degree, collectives on one device).
 
-Everything runs the quick CPU sizes for llama-tiny only, so the file takes well under 90 s.
+Everything runs the quick CPU sizes (or fewer) for llama-tiny only, so the file takes well under 90 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -19,13 +21,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ltsim.errors import ConfigError  # noqa: E402
+from ltsim.errors import ConfigError, ProfileError  # noqa: E402
 from ltsim.profiler import run_profile  # noqa: E402
 from ltsim.cli import cmd_profile  # noqa: E402
 from ltsim.profiler.cli import add_arguments  # noqa: E402
 from ltsim.profiler.attention import sdpa_slice  # noqa: E402
-from ltsim.profiler.tables import Progress, TableJob, make_point, run_table  # noqa: E402
-from ltsim.profiles import TABLE_COLUMNS, read_meta, read_table  # noqa: E402
+from ltsim.profiler import harness  # noqa: E402
+from ltsim.profiler.tables import (Progress, TableJob, make_point, progress_stream,  # noqa: E402
+                                   run_table)
+from ltsim.profiles import TABLE_COLUMNS, load_profile, read_meta, read_table  # noqa: E402
+from ltsim.runner import simulate  # noqa: E402
+from ltsim.scenario import load_scenario  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory",
@@ -184,18 +190,24 @@ def test_resume_refuses_other_arguments(quick_profile: Path) -> None:
                     quick=False, resume=True, progress=False)
 
 
-def test_progress_bar_only_on_a_terminal() -> None:
+def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
-    quiet, tty = io.StringIO(), Tty()
-    Progress(enabled=True, stream=quiet).update("gemm", 1, 2)
-    Progress(enabled=True, stream=tty).update("gemm", 1, 2)
-    assert quiet.getvalue() == "" and "gemm" in tty.getvalue() and "1/2" in tty.getvalue()
+    quiet, tty, off = io.StringIO(), Tty(), io.StringIO()
+    for stream, enabled in ((quiet, True), (tty, True), (off, False)):
+        progress = Progress(enabled=enabled, stream=stream)
+        progress.update("gemm", 1, 2)
+        progress.finished("gemm", 330, 22.46)
+    assert quiet.getvalue() == "gemm: 330 rows in 22.5 s\n"
+    assert "\r" in tty.getvalue() and "1/2" in tty.getvalue() and "rows in" not in tty.getvalue()
+    assert off.getvalue() == ""
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--tp", "3"], "'--tp' must be divisors of llama-tiny's num_attention_heads (8) (got 3)"),
+    (["--tp", "3,5"], "'--tp' must be degrees that llama-tiny can take (got [3, 5]); tp 3: "
+     "divisors of llama-tiny's num_attention_heads (8)"),
     (["--model", "nope"], "'model.preset' must be one of"),
 ])
 def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -206,3 +218,134 @@ def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.C
                               *argv])
     assert cmd_profile(args) == 2
     assert message in capsys.readouterr().err
+
+
+# --- what one machine cannot give: a TP degree a model cannot take, collectives on one device ---
+
+def _fewer_sizes(device: str, *, quick: bool, max_group_size: int):  # type: ignore[no-untyped-def]
+    """The quick CPU sizes, fewer of them (this profile measures llama-tiny at two TP degrees)."""
+    from dataclasses import replace
+
+    from ltsim.profiler.sizes import sizes_for
+    sizes = sizes_for(device, quick=quick, max_group_size=max_group_size)
+    return replace(sizes, gemm_tokens=(16, 256), attention_tokens=(16, 256, 1024),
+                   varlen_total_tokens=(512,), varlen_num_seqs=(2,), elementwise_tokens=(16, 256),
+                   memory_tokens=(128,))
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def one_device_profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[str]]:
+    """llama-tiny at tp 1, 2, 3 where only one device is seen: tp 3 (8 heads) and collectives are
+    skipped. Returns the directory, what the progress stream (not a terminal) got, the log lines."""
+    out = tmp_path_factory.mktemp("one-device")
+    stream, records = io.StringIO(), _Records()
+    logger = logging.getLogger(harness.__name__)
+    logger.addHandler(records)
+    threads = torch.get_num_threads()
+    try:
+        with pytest.MonkeyPatch.context() as patch, progress_stream(stream):
+            patch.setattr(harness, "collective_devices", lambda device: 1)
+            patch.setattr(harness, "sizes_for", _fewer_sizes)
+            run_profile(device="cpu", out=out, models=["llama-tiny"], tp_degrees=[1, 2, 3],
+                        quick=True, resume=False, progress=True)
+    finally:
+        logger.removeHandler(records)
+    assert torch.get_num_threads() == threads  # the profile's thread count is set back
+    return out, stream.getvalue(), records.lines
+
+
+def test_a_tp_degree_the_model_cannot_take_is_skipped_with_a_note(
+        one_device_profile: tuple[Path, str, list[str]]) -> None:
+    out, _, logged = one_device_profile
+    note = "llama-tiny at tp 3: tp must be divisors of llama-tiny's num_attention_heads (8)"
+    meta = read_meta(out)
+    for name in ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory"):
+        assert meta.tables[name]["skipped_tp"] == [note]
+        assert meta.tables[name]["args"]["tp"] == [1, 2, 3]
+    assert note in meta.notes and meta.notes.startswith("complete")
+    assert f"skipped {note}" in logged
+    assert set(read_table(out, "memory")["tp"]) == {1, 2}
+    ops = read_table(out, "gemm")["op"]
+    assert ops.str.contains("llama-tiny/tp1/").any() and ops.str.contains("llama-tiny/tp2/").any()
+    assert not ops.str.contains("/tp3/").any()
+    assert meta.command.endswith("--model llama-tiny --tp 1,2,3 --threads 1 --quick")
+
+
+def test_one_device_skips_collectives_and_the_profile_still_loads_and_simulates(
+        one_device_profile: tuple[Path, str, list[str]], repo: Path) -> None:
+    out, _, logged = one_device_profile
+    meta = read_meta(out)
+    assert meta.tables["collectives"]["skipped"].startswith("one device: no group of 2 to measure")
+    assert "collectives (one device: no group of 2" in meta.notes
+    assert any(line.startswith("collectives: skipped (one device") for line in logged)
+    assert not (out / "collectives.csv").exists() and not list(out.glob("*.partial.csv"))
+    assert all(t["num_threads"] == 1 for n, t in meta.tables.items() if n != "collectives")
+
+    profile = load_profile(out)
+    assert profile.gemm_time_s(100, 512, 256, "fp32") > 0
+    assert profile.collective_time_s("all_reduce", group_size=1, scope="intra",
+                                     num_bytes=1 << 20) == 0.0
+    with pytest.raises(ProfileError) as error:
+        profile.collective_time_s("all_reduce", group_size=2, scope="intra", num_bytes=1 << 20)
+    for part in (str(out), "has no collectives.csv", ">= 2 GPUs", "copy a collectives.csv from a "
+                 "published profile such as profiles/", "mark it in meta.json"):
+        assert part in str(error.value)
+
+    scenario = repo / "scenarios" / "examples" / "cpu-llama-tiny-chunkflow.toml"
+    one = load_scenario(scenario, {"hardware.profile": str(out), "hardware.gpus_per_node": 1,
+                                   "parallel.pp": 1})
+    assert (simulate(one).iteration_times_s > 0).all()
+    two = load_scenario(scenario, {"hardware.profile": str(out)})  # pp 2: stage sends
+    with pytest.raises(ProfileError, match="has no collectives.csv"):
+        simulate(two)
+
+
+def test_progress_shows_a_line_per_table_when_not_on_a_terminal(
+        one_device_profile: tuple[Path, str, list[str]]) -> None:
+    out, shown, _ = one_device_profile
+    lines = shown.splitlines()
+    names = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory")
+    assert [line.split(":")[0] for line in lines] == list(names)
+    for name, line in zip(names, lines):
+        rows = len(read_table(out, name))
+        assert line.startswith(f"{name}: {rows} rows in ") and line.endswith(" s")
+    assert "\r" not in shown
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_default_cuda_degrees_skip_tp8_for_qwen_and_one_gpu_skips_collectives(
+        tmp_path: Path) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "sizes_for", _fewer_cuda_sizes)
+        run_profile(device="cuda", out=tmp_path, models=["qwen2.5-7b"], tp_degrees=[],
+                    quick=True, resume=False, progress=False)
+    meta = read_meta(tmp_path)
+    assert meta.notes.startswith("complete")
+    assert meta.tables["gemm"]["skipped_tp"] == [
+        "qwen2.5-7b at tp 8: tp must be divisors of qwen2.5-7b's num_attention_heads (28)"]
+    assert set(read_table(tmp_path, "memory")["tp"]) == {1, 2, 4}
+    if torch.cuda.device_count() < 2:
+        assert meta.tables["collectives"]["skipped"].startswith("one GPU: no group of 2")
+        assert not (tmp_path / "collectives.csv").exists()
+    load_profile(tmp_path)
+
+
+def _fewer_cuda_sizes(device: str, *, quick: bool,  # type: ignore[no-untyped-def]
+                      max_group_size: int):
+    from dataclasses import replace
+
+    from ltsim.profiler.sizes import sizes_for
+    sizes = sizes_for(device, quick=quick, max_group_size=max_group_size)
+    return replace(sizes, gemm_tokens=(256,), attention_tokens=(512, 4096),
+                   varlen_total_tokens=(4096,), varlen_num_seqs=(2,), elementwise_tokens=(1024,),
+                   memory_tokens=(1024,))

@@ -14,7 +14,7 @@ from ltsim.lookup import attention_work
 from ltsim.profiles import (PROFILES_DIR, Profile, ProfileMeta, load_profile, read_table,
                             write_meta, write_table)
 
-SHIPPED = ["a100-sxm4-80gb", "h100-sxm5-80gb", "h200"]
+SHIPPED = ["a100-sxm4-80gb", "h100-sxm5-80gb-public", "h200"]  # built from published data
 POWERS = [2**i for i in range(4, 13)]  # 16 .. 4096
 
 
@@ -86,8 +86,8 @@ def test_missing_meta(tmp_path):
 
 def test_missing_table(tmp_path):
     directory = _write_profile(tmp_path / "p")
-    (tmp_path / "p" / "collectives.csv").unlink()
-    with pytest.raises(ProfileError, match="has no collectives.csv"):
+    (tmp_path / "p" / "gemm.csv").unlink()
+    with pytest.raises(ProfileError, match="has no gemm.csv"):
         Profile(directory)
 
 
@@ -271,8 +271,8 @@ def test_shipped_profiles_answer_whole_range(name):
 
 
 def test_h100_kernels_and_h200_memory():
-    fa3 = load_profile("h100-sxm5-80gb")
-    fa2 = load_profile("h100-sxm5-80gb", attention_kernel="fa2")
+    fa3 = load_profile("h100-sxm5-80gb-public")
+    fa2 = load_profile("h100-sxm5-80gb-public", attention_kernel="fa2")
     assert fa3.attention_kernel == "fa3" and fa2.attention_kernel == "fa2"
     args = dict(num_heads=32, num_kv_heads=8, head_dim=128)
     assert fa2.attention_time_s(8192, 8192, **args) > 1.3 * fa3.attention_time_s(8192, 8192, **args)
@@ -289,3 +289,24 @@ def test_shipped_tables_carry_provenance(name):
         assert frame.source.notna().all()
         assert "published" in set(frame.method)
         assert profile.meta.tables[table]["sources"]
+
+
+def test_measured_h100_is_the_default_with_its_masked_kernel_apart():
+    """The h100-sxm5-80gb preset's tables are measured (shared/data/h100-measured) with published
+    collectives; queries with context use the boolean-mask kernel's rows, never the diagonal's."""
+    profile = load_profile("h100-sxm5-80gb")
+    assert profile.attention_kernel == "torch_sdpa"
+    assert set(read_table(profile.path, "collectives").method) <= {"published", "analytic"}
+    assert profile.meta.tables["collectives"]["copied_from"].startswith("profiles/h100-sxm5-80gb-public")
+    args = dict(num_heads=32, num_kv_heads=32, head_dim=128)
+    # the measured rows themselves: (2048, 8192) masked and (8192, 8192) causal
+    frame = read_table(profile.path, "attention")
+    row = frame[(frame.q_tokens == 2048) & (frame.kv_tokens == 8192) & (frame.num_heads == 32)
+                & (frame["pass"] == "fwd") & (frame.kernel == "torch_sdpa")]
+    assert profile.attention_time_s(2048, 8192, **args) == pytest.approx(float(row.time_s.iloc[0]))
+    # a slice with context between grid points is priced from masked rows only: slower per unit
+    # of work than the is_causal kernel of a whole sequence
+    ctx = profile.attention_time_s(4096, 12288, **args) / attention_work(4096, 12288, True)
+    whole = profile.attention_time_s(8192, 8192, **args) / attention_work(8192, 8192, True)
+    assert ctx > 1.5 * whole
+    assert load_profile("h100-sxm5-80gb", attention_kernel="fa2").attention_kernel == "fa2"

@@ -61,6 +61,27 @@ def test_override_uses_toml_syntax(tmp_path):
      r"workload\.lengths must be a list of positive integers"),
     (BASE.replace('preset = "qwen2.5-7b"', 'preset = "gpt-9"'), r"model\.preset must be one of"),
     (BASE.replace('preset = "unit"', 'preset = "tpu"'), r"hardware\.preset must be one of"),
+    (BASE.replace("pp = 4", "pp = 0"), r"s\.toml @ parallel\.pp must be a positive integer \(got 0\)"),
+    (BASE.replace("pp = 4", "pp = 4\ntp = 0"), r"parallel\.tp must be a positive integer \(got 0\)"),
+    (BASE.replace('name = "t"', 'name = "t"\nseed = -1'), r"@ seed must be a non-negative integer"),
+    (BASE.replace("gpus_per_node = 4", "gpus_per_node = 4\nmemory_limit_gib = 0"),
+     r"hardware\.memory_limit_gib must be a positive, finite number of GiB \(got 0\)"),
+    # Qwen2.5-7B: 28 query heads, 4 KV heads
+    (BASE.replace("pp = 4", "pp = 1\ntp = 8").replace("gpus_per_node = 4", "gpus_per_node = 8"),
+     r"parallel\.tp must be a divisor of model\.num_attention_heads = 28 \(got 8\).*"
+     r"Fix: choose parallel\.tp from 1, 2, 4, 7, 14, 28"),
+    (BASE.replace("pp = 4", "pp = 1\ntp = 14").replace("gpus_per_node = 4", "gpus_per_node = 14"),
+     r"parallel\.tp must be a multiple of model\.num_kv_heads = 4 when larger"),
+    (BASE.replace('preset = "qwen2.5-7b"', 'preset = "qwen2.5-7b"\nnum_kv_heads = 7')
+     .replace("pp = 4", "pp = 1\ntp = 2").replace("gpus_per_node = 4", "gpus_per_node = 2"),
+     r"parallel\.tp must be a divisor of model\.num_kv_heads = 7 \(tp <= KV heads\) \(got 2\)"),
+    (BASE.replace("pp = 4", 'pp = 1\ncp = 8\ncp_kind = "ulysses"').replace("gpus_per_node = 4",
+                                                                          "gpus_per_node = 8"),
+     r"parallel\.cp must be a divisor of the 28 heads per TP rank \(Ulysses splits heads\) \(got 8\)"),
+    (BASE.replace("lengths = [4, 2, 1, 1]", "fixed_length = 1000000000000\nglobal_batch_size = 1"),
+     r"workload\.fixed_length must be at most 2,147,483,648 tokens per sequence"),
+    (BASE.replace("[parallel]\npp = 4", "").replace('name = "t"', 'name = "t"\nparallel = 3'),
+     r"@ parallel must be a \[parallel\] table \(got 'int'\)"),
 ])
 def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     path = _write(tmp_path, text)
@@ -103,3 +124,45 @@ def test_bad_workload_batching_exits_2(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert main(["simulate", path, "--set", "workload.batching=3"]) == 2
     assert "workload.batching must be a string (got 3)" in capsys.readouterr().err
+
+
+def test_file_errors_name_the_file_and_never_quote_it(tmp_path, capsys):
+    secret = "hunter2-do-not-print"
+    cases = {
+        "latin1.toml": (f'name = "caf\xe9 {secret}"'.encode("latin-1"),
+                        r"'scenario' must be a UTF-8 text TOML file \(got '.*latin1\.toml'\); line 1 "
+                        r"holds bytes that are not UTF-8"),
+        "broken.toml": (f'name = "x\n{secret} = 1'.encode(),
+                        r"'scenario' must be valid TOML \(got '.*broken\.toml'\); line 1, column 10: "
+                        r"an illegal character"),
+        "twice.toml": (f"[{secret}]\n[{secret}]\n".encode(),
+                       r"must be valid TOML .*; line 2, column .*: a key or table declared twice"),
+        "stray.toml": (BASE.replace('name = "t"', f'name = "t"\ntoken = "{secret}"').encode(),
+                       r"stray\.toml @ token must be a known key \(description, name, seed\) "
+                       r"\(got 'token'\)"),
+    }
+    for name, (content, pattern) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(ConfigError, match=pattern) as info:
+            load_scenario(path)
+        assert secret not in str(info.value)
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"'scenario' must be a TOML file, not a directory"):
+        load_scenario(folder)
+
+
+def test_override_keys_and_values_are_checked():
+    for text in ("=2", "parallel.=2", ".tp=2", "parallel.tp.x=2"):
+        with pytest.raises(ConfigError, match=r"'--set' must be of the form section\.key=value with a key"):
+            parse_override(text)
+    with pytest.raises(ConfigError, match=r"'--set' must be a TOML value .*\(got 'workload\.lengths=\[4, 2'\)"):
+        parse_override("workload.lengths=[4, 2")
+    assert parse_override("strategy.order=dependent-last") == ("strategy.order", "dependent-last")
+
+
+def test_bundled_scenarios_are_found_by_their_repository_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario("scenarios/quickstart.toml").name == "quickstart-qwen2.5-7b-32k"
+    assert load_scenario("examples/chunkflow-fig2-baseline.toml").workload.lengths
