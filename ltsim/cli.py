@@ -245,16 +245,32 @@ def _rebuild(raw: dict[str, Any], source: str):
 
 
 def _progress_bar(started_s: float) -> Callable[[int, int], None]:
-    """A sweep's one-line progress bar on stderr: ``show(done, total)``."""
-    def show(done: int, total: int) -> None:
-        width = 30
-        filled = int(width * done / max(total, 1))
-        elapsed = time.perf_counter() - started_s
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f}s")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-    return show
+    """A sweep's progress on stderr, ``show(done, total)``: a tqdm bar on a terminal, otherwise
+    a line at every tenth of the points (and the last) for sweeps of 20 points or more."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar: list = []
+
+        def show_bar(done: int, total: int) -> None:
+            if not bar:
+                bar.append(tqdm(total=total, unit="plan", file=sys.stderr, dynamic_ncols=True))
+            bar[0].update(done - bar[0].n)
+            if done >= total:
+                bar[0].close()
+        return show_bar
+    shown = [-1]
+
+    def show_lines(done: int, total: int) -> None:
+        if total < 20:  # short work: no progress lines
+            return
+        step = max(1, total // 10)
+        if done == total or done // step != shown[0]:
+            shown[0] = done // step
+            sys.stderr.write(f"sweep: {done}/{total} points, "
+                             f"{time.perf_counter() - started_s:.0f} s\n")
+            sys.stderr.flush()
+    return show_lines
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -276,7 +292,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_output("--db", args.db)
     _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
-    show = _progress_bar(time.perf_counter()) if sys.stderr.isatty() and not args.json else None
+    show = _progress_bar(time.perf_counter())
 
     def stale(count: int) -> None:
         print(f"ltsim sweep: {count} stored result{'s are' if count > 1 else ' is'} stale (inputs "

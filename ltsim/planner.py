@@ -29,7 +29,8 @@ from ltsim.errors import ConfigError, LtsimError
 from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
-METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes", "fits",
+METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes",
+           "static_memory_bytes", "fits",
            "mfu", "tokens_per_s")
 
 

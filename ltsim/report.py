@@ -24,6 +24,8 @@ def format_result(d: dict[str, Any]) -> str:
         f"recompute       {_fmt_pct(d['recompute_ratio'])} of busy time",
         f"peak memory     {fmt_bytes(d['peak_memory_bytes'])} per GPU "
         f"(limit {_limit(d['memory_limit_bytes'])}): {'fits' if d['fits'] else 'DOES NOT FIT'}",
+        f"static memory   {fmt_bytes(d['static_memory_bytes'])} per GPU (weights, gradients, "
+        "optimizer state; the rest grows with tokens)",
         f"throughput      {_rate(d['tokens_per_s'])} tokens/s",
         f"MFU             {_fmt_pct(d['mfu'])}",
     ]
@@ -67,6 +69,7 @@ COMPARE_COLUMNS = (
     ("bubble_ratio", "bubble", _fmt_pct),
     ("recompute_ratio", "recompute", _fmt_pct),
     ("peak_memory_bytes", "peak mem", fmt_bytes),
+    ("static_memory_bytes", "static mem", fmt_bytes),
     ("fits", "fits", lambda x: "yes" if x else "NO"),
     ("mfu", "MFU", _fmt_pct),
     ("tokens_per_s", "tokens/s", _rate),
