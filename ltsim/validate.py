@@ -102,14 +102,19 @@ def compare(plan: "Plan", predicted: "Trace", measured: "Trace",
 
 
 def bare_cost_model(scenario: "Scenario"):
-    """The scenario's table cost model without the allocator allowance (module docstring)."""
+    """The scenario's table cost model without the allocator allowance (module docstring), priced
+    the way the executor measures memory on this device: on GPU the allocator's peak, transients
+    included; on CPU the executor accounts only the tensors that stay alive between ops (saved for
+    backward or held by the runtime, ltsim/executor/memtrack.py), so an op's transient working set
+    (the loss's) is left out of the prediction it is compared with."""
     from ltsim.costs.table import TableCostModel
     from ltsim.memory import NO_ALLOCATOR_OVERHEAD
 
     if scenario.cluster.device.is_unit:
         raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
                           "unit", "use hardware.preset = \"cpu\" on this machine")
-    return TableCostModel(scenario.model, scenario.cluster, overhead=NO_ALLOCATOR_OVERHEAD)
+    return TableCostModel(scenario.model, scenario.cluster, overhead=NO_ALLOCATOR_OVERHEAD,
+                          working_sets=scenario.cluster.device.name != "cpu")
 
 
 def executor_device(scenario: "Scenario") -> tuple[str, str]:

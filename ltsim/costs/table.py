@@ -31,7 +31,8 @@ class TableCostModel:
     """Durations from a profile directory, bytes from the memory model (module docstring)."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, *,
-                 overhead: mem.AllocatorOverhead = mem.ALLOCATOR_OVERHEAD) -> None:
+                 overhead: mem.AllocatorOverhead = mem.ALLOCATOR_OVERHEAD,
+                 working_sets: bool = True) -> None:
         self.model, self.cluster = model, cluster
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
@@ -40,6 +41,7 @@ class TableCostModel:
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)
         self.peak_flops_per_s = cluster.device.peak_flops_per_s
         self._buffers = BufferCosts(model)
+        self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
         self._compute = ComputeCosts(model, cluster, self.profile)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
 
@@ -58,7 +60,9 @@ class TableCostModel:
         return self._buffers.bytes(buffer)
 
     def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
-        return 0 if part == "attn" else self._buffers.working_bytes(kind, work)
+        if part == "attn" or not self.working_sets:
+            return 0
+        return self._buffers.working_bytes(kind, work)
 
     def static_memory_bytes(self, device: Device) -> int:
         return int(self._buffers.static_bytes(device).total_bytes)

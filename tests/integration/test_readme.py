@@ -23,7 +23,7 @@ from ltsim.cli import main
 REPO = Path(__file__).resolve().parents[2]
 SKIP = {"profile": "measures kernels for minutes (test_profiler.py covers it)",
         "validate": "runs the executor for a minute or more (test_executor.py covers it)"}
-OUTPUT = re.compile(r"^[\w.-]+\.(png|json|sqlite)$")  # a bare output file name in the README
+OUTPUT = re.compile(r"^[\w.-]+\.(png|json|sqlite|csv)$")  # a bare output file name in the README
 
 
 def readme_commands() -> list[list[str]]:

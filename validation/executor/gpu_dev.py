@@ -75,7 +75,7 @@ def main() -> None:
     t = [abs(err(r["pred_t"], r["meas_t"])) for r in data]
     m = [abs(err(r["pred_peak"], r["meas_peak"])) for r in data]
     a = [abs(err(r["pred_peak"] - r["pred_static"], r["meas_peak"] - r["meas_static"])) for r in data]
-    print(f"\n| summary | median | worst | target |\n|---|---:|---:|---|")
+    print("\n| summary | median | worst | target |\n|---|---:|---:|---|")
     print(f"| iteration time error | {100 * statistics.median(t):.1f}% | {100 * max(t):.1f}% | 5% / 10% |")
     print(f"| peak memory error | {100 * statistics.median(m):.1f}% | {100 * max(m):.1f}% | 5% |")
     print(f"| peak above static error | {100 * statistics.median(a):.1f}% | {100 * max(a):.1f}% | 5% |")
