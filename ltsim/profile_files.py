@@ -1,0 +1,146 @@
+"""The on-disk format of a profile (DESIGN.md section 7): meta.json and the CSV tables, written
+atomically, read back with their columns, units and numbers checked. profiles.py re-exports these
+names and builds the lookups on top of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ltsim.errors import ProfileError
+
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "dtype", "time_s"),
+    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "causal",
+                  "pass", "time_s"),
+    "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
+}
+METHODS = ("measured", "published", "analytic")
+# columns every row must fill with a positive number (sizes, counts, times)
+POSITIVE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "time_s"),
+    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "time_s"),
+    "collectives": ("group_size", "bytes", "time_s"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileMeta:
+    """meta.json: what device the tables describe and how they were made."""
+
+    device: str
+    memory_bytes: int
+    method: str  # measured | published | analytic | mixed
+    date: str
+    software: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-table provenance
+    command: str = ""
+    notes: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
+    """Write meta.json into ``directory`` (created if needed)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / "meta.json"
+    out.write_text(json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_meta(directory: str | Path) -> ProfileMeta:
+    """Read meta.json; raises ProfileError when it is missing or malformed."""
+    path = Path(directory) / "meta.json"
+    if not path.is_file():
+        raise ProfileError(f"profile '{directory}' has no meta.json. Fix: point hardware.profile at a "
+                           "directory written by `ltsim profile` or a script under profiles/")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta = ProfileMeta(**data)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ProfileError(f"{path}: unreadable meta.json ({exc})") from exc
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
+                           "`ltsim profile` or the profile's build script") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). Fix: check its "
+                           "permissions") from None
+    number = isinstance(meta.memory_bytes, (int, float)) and not isinstance(meta.memory_bytes, bool)
+    if not (number and meta.memory_bytes > 0) or not isinstance(meta.tables, dict) or not all(
+            isinstance(v, dict) for v in meta.tables.values()):
+        raise ProfileError(f"{path}: meta.json must give memory_bytes as a positive number and "
+                           "tables as an object of objects. Fix: compare with profiles/cpu-ci/meta.json")
+    return meta
+
+
+def write_table(directory: str | Path, name: str, frame: pd.DataFrame) -> Path:
+    """Write one table as ``<name>.csv``, checking its required columns first.
+
+    Writes to a temporary file and renames it, so an interrupted run never leaves half a table.
+    """
+    check_table(name, frame, source=str(directory))
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / f"{name}.csv"
+    tmp = out.with_suffix(".csv.tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def read_table(directory: str | Path, name: str) -> pd.DataFrame:
+    """Read ``<name>.csv`` from a profile directory; raises ProfileError if missing, empty or bad."""
+    path = Path(directory) / f"{name}.csv"
+    if not path.is_file():
+        raise ProfileError(f"profile '{directory}' has no {name}.csv. Fix: re-run the profiler or the "
+                           f"profile's build script so it writes {name}.csv")
+    fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
+    try:
+        frame = pd.read_csv(path, comment="#")
+    except pd.errors.EmptyDataError:
+        raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
+    except pd.errors.ParserError as exc:  # places ("line 3"), not content
+        where = str(exc).replace("Error tokenizing data. C error: ", "")
+        raise ProfileError(f"{path}: table '{name}' must be valid CSV ({where}). {fix}") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: table '{name}' is unreadable ({exc.strerror}). Fix: check its "
+                           "permissions") from None
+    if not isinstance(frame.index, pd.RangeIndex):  # pandas took the surplus fields as an index
+        raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
+                           f"its header (some rows have more). {fix}")
+    check_table(name, frame, source=str(path))
+    return frame
+
+
+def check_table(name: str, frame: pd.DataFrame, *, source: str) -> None:
+    """Raise ProfileError when a table lacks a required column, is empty, or has bad times."""
+    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in frame.columns]
+    if missing:
+        raise ProfileError(f"{source}: table '{name}' lacks column(s) {', '.join(missing)} "
+                           f"(has {', '.join(map(str, frame.columns))}). Fix: columns must be "
+                           f"{', '.join(TABLE_COLUMNS[name])}")
+    if frame.empty:
+        raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
+    if "time_s" in frame.columns and not (pd.to_numeric(frame["time_s"], errors="coerce") > 0).all():
+        raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive numbers")
+    for column in POSITIVE_COLUMNS.get(name, ()):
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]
+        if bad:  # the row, not its value
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold positive numbers "
+                               f"(data row {bad[0] + 1} does not, {len(bad)} rows in all). Fix: "
+                               "correct those rows or re-run the profiler for this table")
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives (the GEMM and attention lookups live in ltsim.lookup).
