@@ -30,9 +30,9 @@ from enum import Enum
 from typing import Any, Iterator, NamedTuple
 
 from ltsim.errors import PlanError
-from ltsim.work import BUFFER_KINDS, Buffer, Chunk, Comm, Keep, Slice, Split, Work
+from ltsim.work import Buffer, Chunk, Comm, Keep, Slice, Split, Work
 
-__all__ = ["BUFFER_KINDS", "BUSY_KINDS", "KINDS", "PARTS", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
+__all__ = ["BUSY_KINDS", "KINDS", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
            "Comm", "Device", "KindInfo", "Keep", "Op", "OpKey", "OpKind", "Plan", "Program", "Slice",
            "Split", "Work", "make_op", "op_key", "parse_token"]
 
@@ -77,7 +77,6 @@ KINDS: dict[OpKind, KindInfo] = {
 _KIND_TEXT = {k: k.value for k in OpKind}  # Enum.value is a descriptor call; tokens are hot
 WORK_KINDS = frozenset(k for k, info in KINDS.items() if info.work)
 BUSY_KINDS = frozenset(k for k, info in KINDS.items() if info.busy)
-PARTS = ("", "attn", "dense")  # whole layer stack; its attention kernels; all but attention
 _TOKEN_RE = re.compile(r"^s(\d+)(" + "|".join(sorted((k.value for k in OpKind), key=len, reverse=True))
                        + r")(\d+)?(?:\[([\w.:-]+)\])?$")
 

@@ -118,9 +118,6 @@ class Work:
         return self.layers[1] - self.layers[0]
 
 
-BUFFER_KINDS = ("act", "ckpt", "input", "kv", "kv_grad")
-
-
 class Buffer(NamedTuple):
     """Memory held between ops; its size comes from the CostModel, from this value alone.
 

@@ -49,13 +49,7 @@ class Engine:
             if paused:
                 gc.enable()
 
-    def price(self, op: Op) -> float:
-        if op.kind is OpKind.OPT:
-            return self.cost.optimizer_s(self._plan.devices[op.device])
-        return duration_s(self.cost, op)
-
     def _run(self, plan: Plan) -> Trace:
-        self._plan = plan
         env = simpy.Environment()
         cost = self.cost
         finish_needed = {dep for op in plan.ops() for dep in op.deps}
@@ -88,12 +82,14 @@ class Engine:
             return dev, hst
 
         def price(op: Op) -> float:
+            if op.kind is OpKind.OPT:
+                return cost.optimizer_s(plan.devices[op.device])
             if op.work is None:
-                return self.price(op)
+                return duration_s(cost, op)
             pkey = (op.kind, op.work, op.part, op.keep)  # ops of one work share a price
             value = prices.get(pkey)
             if value is None:
-                value = prices[pkey] = self.price(op)
+                value = prices[pkey] = duration_s(cost, op)
             return value
 
         def step(op: Op):

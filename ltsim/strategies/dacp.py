@@ -32,7 +32,6 @@ from ltsim.model import ModelSpec
 
 DISTRIBUTED = -1
 PLACEMENTS = ("dacp", "round-robin")
-ROLLBACK_RULES = ("corrected", "printed")
 
 
 def flops_eq13(model: ModelSpec, tokens: float) -> float:

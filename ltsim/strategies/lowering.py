@@ -59,8 +59,8 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     for device in schedule.devices:
         ops = []
         index, stage = device.index, device.stage
-        works: dict = {}  # one Work and one buffer tuple per distinct value: F and B share them
-        effects: dict = {}
+        works: dict = {}  # one Work per distinct value: F and B of a chunk share it
+        effects: dict = {}  # and one Buffer per distinct buffer (_resolve)
         for action in schedule.orders.get(device.index, ()):
             wkey = (action.chunk, action.layers, action.slices, action.split, action.head)
             work = works.get(wkey)
@@ -174,7 +174,7 @@ def add_zero3_gathers(draft: Draft) -> Draft:
     for device in draft.schedule.devices:
         if device.zero_stage < 3 or device.num_shards <= 1:
             continue
-        params = _params_work(device, draft.layout)
+        params = _params_work(device)
         comm = Comm("all_gather", "params", params, group_size=device.num_shards,
                     gpus=_shard_gpus(draft, device))
         compute, coll = [], list(draft.ops(device.index, "coll"))
@@ -193,7 +193,7 @@ def add_zero3_gathers(draft: Draft) -> Draft:
     return draft.update(changes)
 
 
-def _params_work(device: Device, layout: Layout) -> Work:
+def _params_work(device: Device) -> Work:
     return Work(chunk=-1, slices=(), layers=device.layers, split=Split(tp=device.tp),
                 embed=device.embed, head=device.head)
 
@@ -277,7 +277,7 @@ def add_dp_reduction(draft: Draft) -> Draft:
         group = tuple(d.index for d in devices if d.stage == device.stage)
         compute = list(draft.ops(device.index))
         coll = list(draft.ops(device.index, "coll"))
-        params = _params_work(device, draft.layout)
+        params = _params_work(device)
         gpus = _shard_gpus(draft, device)
         grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce",
                      "grads" if device.grad_dtype == "fp32" else "model_grads", params,
