@@ -139,31 +139,24 @@ class Layout:
 
     def devices(self) -> tuple[Device, ...]:
         par = self.parallel
-        out = []
-        for index in range(par.num_sim_devices):
-            stage = par.stage_of(index)
-            out.append(Device(index=index, stage=stage, replica=par.dp_rank_of(index),
-                              layers=self.stage_layers[stage], embed=stage == 0,
-                              head=stage == par.pp - 1, tp=par.tp, cp_width=par.cp,
-                              zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
-                              grad_dtype=par.grad_dtype, optimizer_dtype=par.optimizer_dtype))
-        return tuple(out)
+        return tuple(self._device(index, par.stage_of(index), par.dp_rank_of(index), cp_width=par.cp)
+                     for index in range(par.num_sim_devices))
 
     def rank_devices(self) -> tuple[Device, ...]:
         """One device per CP rank of every (replica, stage), for ranks of a CP group that do
         different work (Skrull): index = (replica * pp + stage) * cp + cp rank."""
         par = self.parallel
-        out = []
-        for replica in range(par.dp):
-            for stage in range(par.pp):
-                for rank in range(par.cp):
-                    out.append(Device(index=len(out), stage=stage, replica=replica,
-                                      layers=self.stage_layers[stage], embed=stage == 0,
-                                      head=stage == par.pp - 1, tp=par.tp, cp_width=1, cp_rank=rank,
-                                      zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
-                                      grad_dtype=par.grad_dtype,
-                                      optimizer_dtype=par.optimizer_dtype))
-        return tuple(out)
+        return tuple(self._device(self.rank_device(replica, stage, rank), stage, replica,
+                                  cp_width=1, cp_rank=rank)
+                     for replica in range(par.dp) for stage in range(par.pp)
+                     for rank in range(par.cp))
+
+    def _device(self, index: int, stage: int, replica: int, **cp) -> Device:
+        par = self.parallel
+        return Device(index=index, stage=stage, replica=replica, layers=self.stage_layers[stage],
+                      embed=stage == 0, head=stage == par.pp - 1, tp=par.tp,
+                      zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
+                      grad_dtype=par.grad_dtype, optimizer_dtype=par.optimizer_dtype, **cp)
 
     def rank_device(self, replica: int, stage: int, rank: int) -> int:
         return (replica * self.parallel.pp + stage) * self.parallel.cp + rank
