@@ -36,10 +36,13 @@ from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, Mon
                           Notes)
 
 REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see collective_time_s)
-# attention.csv rows whose ``mask`` column says a boolean mask was used (queries with earlier
-# context: q < kv) measure a different kernel from the is_causal rows on the diagonal; they are
-# looked up as kernel "<kernel>+context" and never interpolated with the diagonal's.
+# attention.csv rows of queries with earlier context (q < kv) whose ``mask`` column names a
+# context-only path (a boolean mask; torch's lower-right causal bias, which runs another kernel
+# than cuDNN's is_causal; the CPU flash kernel with a bottom-right mask) measure a different
+# kernel from the is_causal rows on the diagonal; they are looked up as kernel
+# "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
+CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
 from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, ProfileMeta,
                                  check_table, read_meta, read_table, write_meta, write_table)
 
@@ -196,7 +199,7 @@ class Profile:
         if "kernel" not in attention.columns:
             attention = attention.assign(kernel="default")
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table
-            masked = attention["mask"].astype(str).str.startswith("bool")
+            masked = attention["mask"].astype(str).isin(CONTEXT_MASKS)
             attention = attention.assign(kernel=attention["kernel"].where(
                 ~masked, attention["kernel"].astype(str) + CONTEXT_SUFFIX))
         attention = _monotone_attention(attention.assign(causal=attention["causal"].map(_as_bool)))
@@ -280,6 +283,10 @@ class Profile:
             text, how = _HOW[where]
             out.add(f"{table}: {dim}={value:g} {text} {bound:g} ({how})")
         return sorted(out)
+
+    def note(self, text: str) -> None:
+        """Report an approximation a cost model made with these tables among the warnings."""
+        self._text_notes.add(text)
 
     def for_run(self) -> "Profile":
         """A view sharing this profile's tables and lookup cache, with warnings of its own: a cost

@@ -12,7 +12,8 @@ Sources: RMSNorm, Zhang & Sennrich 2019, eq. 4 (its gradient in closed form); Sw
 (silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)); RoPE in the rotate-half convention (HF Llama), whose
 rotation's adjoint is (u1, u2) -> (u2, -u1).
 
-Attention with context on CPU (a dependent chunk: q_tokens < kv_tokens, causal mask aligned
+Attention with context (``context_attention``): on CUDA torch's lower-right causal bias (flash
+kernel, no mask tensor). On CPU (a dependent chunk: q_tokens < kv_tokens, causal mask aligned
 bottom-right): torch's SDPA front end turns the boolean mask into a q x kv float mask and the CPU
 flash kernel's autograd node keeps it, 4 * q * kv bytes per layer, which FlashAttention (causal
 flag, no mask) never holds. ``bottom_right_attention`` calls the same CPU flash kernel and its
@@ -147,6 +148,30 @@ class _BottomRightAttention(torch.autograd.Function):
 def bottom_right_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention of the last T of L positions (see the module docstring); CPU tensors."""
     return _BottomRightAttention.apply(q, k, v)
+
+
+# How `context_attention` applies the mask, per device type (the profiler's ``mask`` column)
+CONTEXT_MASK = {"cpu": "cpu_flash_bottom_right", "cuda": "causal_lower_right"}
+
+
+def context_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention of q (1, Hq, T, D), the last T of L positions, over k, v (1, Hkv, L, D).
+
+    CPU: ``bottom_right_attention``. CUDA: SDPA with torch's ``causal_lower_right`` bias, which
+    runs the flash kernel with its causal flag (bottom-right aligned when L > T) and no mask
+    tensor, falling back to the memory-efficient kernel's lower-right mode; K/V are expanded to
+    the query heads first when Hkv < Hq, since that path takes no ``enable_gqa``. The profiler
+    times this same function for attention.csv's rows with context.
+    """
+    if q.device.type == "cpu":
+        return bottom_right_attention(q, k, v)
+    from torch.nn.attention.bias import causal_lower_right
+
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v,
+                                          attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

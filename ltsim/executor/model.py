@@ -9,7 +9,8 @@ a `kv` hook (see ltsim/executor/state.py); the model itself keeps no state betwe
 A `Transformer` can hold a layer range [a, b) of the model (one pipeline stage): the first stage
 embeds tokens, the last one applies the LM head and returns the cross-entropy loss summed over
 tokens. Attention uses flash-attn's `flash_attn_varlen_func` on CUDA in fp16/bf16 when it imports,
-and torch SDPA with a per-slice causal mask otherwise; both compute the same function.
+and torch SDPA per slice otherwise (is_causal on the diagonal, `kernels.context_attention` for a
+slice with context); both compute the same function.
 
 Architecture: karpathy/nanoGPT model.py (sizes, init std 0.02) and the Llama reference
 (meta-llama/llama model.py: RMSNorm, rotate-half RoPE, GQA, SwiGLU).
@@ -147,11 +148,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBa
         num_q, num_k = qi.shape[2], ki.shape[2]
         if num_q == num_k:
             out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
-        elif q.device.type == "cpu":  # the kernel below without keeping a q x kv float mask
-            out = kernels.bottom_right_attention(qi, ki, vi)
-        else:  # query j sits at key index num_k - num_q + j: bottom-right causal mask
-            mask = torch.ones(num_q, num_k, dtype=torch.bool, device=q.device).tril(num_k - num_q)
-            out = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=gqa)
+        else:  # query j sits at key index num_k - num_q + j: causal, aligned bottom-right
+            out = kernels.context_attention(qi, ki, vi)
         outs.append(out[0].transpose(0, 1))
     return torch.cat(outs)
 

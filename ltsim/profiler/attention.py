@@ -9,9 +9,12 @@ Kernels, chosen as the executor (ltsim/executor/model.py `attention`) chooses th
 - CUDA with fp16/bf16 and flash-attn importable: `flash_attn_varlen_func(causal=True)`, which
   aligns the causal mask bottom-right when kv > q (flash-attn >= 2.1); packed batches in one call.
 - otherwise torch SDPA on (1, heads, tokens, head_dim) views, K/V expanded to the query heads with
-  `repeat_interleave`; `is_causal=True` when q == kv, an explicit bottom-right boolean mask
-  (tril(kv - q), built inside the timed call as the executor does) when q < kv; packed batches
-  are one SDPA call per sequence (the executor's per-slice loop).
+  `repeat_interleave`; `is_causal=True` when q == kv, the executor's
+  `kernels.context_attention` when q < kv (CUDA: torch's lower-right causal bias, mask
+  "causal_lower_right"; CPU: the CPU flash kernel with a bottom-right mask built in the call,
+  mask "cpu_flash_bottom_right"; profiles made before this measured a boolean mask,
+  "bool_bottom_right"); packed batches are one SDPA call per sequence (the executor's per-slice
+  loop).
 The `kernel` column names what ran (`flash_attn_varlen` or `torch_sdpa`, one name for all rows of
 a kernel so lookups group them), the `mask` column how the causal mask was applied. `bwd` rows time
 the backward alone: the forward builds the graph once, untimed, and
@@ -26,6 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ltsim.executor.kernels import CONTEXT_MASK, context_attention
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
@@ -100,12 +104,10 @@ def sdpa_slice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     qh = q.transpose(0, 1).unsqueeze(0)
     kh = k.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
     vh = v.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
-    num_q, num_k = qh.shape[2], kh.shape[2]
-    if num_q == num_k:
+    if qh.shape[2] == kh.shape[2]:
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
-    else:  # query j sits at key index num_k - num_q + j
-        mask = torch.ones(num_q, num_k, dtype=torch.bool, device=q.device).tril(num_k - num_q)
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+    else:  # query j sits at key index num_k - num_q + j: the executor's kernel for context
+        out = context_attention(qh, kh, vh)
     return out[0].transpose(0, 1)
 
 
@@ -123,7 +125,7 @@ def _packed_fn(seq_lens: Sequence[int], kv_lens: Sequence[int], device: torch.de
             return func(q, k, v, cu_q, cu_k, max(seq_lens), max(kv_lens), causal=True)
         return flash, FLASH_KERNEL, "causal_bottom_right"
     if len(seq_lens) == 1:
-        mask = "is_causal" if seq_lens[0] == kv_lens[0] else "bool_bottom_right"
+        mask = "is_causal" if seq_lens[0] == kv_lens[0] else CONTEXT_MASK[device.type]
         return sdpa_slice, SDPA_KERNEL, mask
     offsets = [0, *torch.tensor(seq_lens).cumsum(0).tolist()]
     def per_seq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

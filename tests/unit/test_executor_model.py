@@ -238,3 +238,41 @@ def test_flash_path_matches_sdpa_on_gpu():
         results.append((loss, [p.grad.float() for p in model.parameters()]))
     assert abs(results[0][0] - results[1][0]) / abs(results[1][0]) < 1e-2
     assert rel_err(results[0][1], results[1][1]) < 5e-2
+
+
+def _context_case(device: str, dtype: torch.dtype, kv_heads: int):
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, 24, 16, generator=gen).to(device, dtype).requires_grad_()
+    k = torch.randn(1, kv_heads, 64, 16, generator=gen).to(device, dtype).requires_grad_()
+    v = torch.randn(1, kv_heads, 64, 16, generator=gen).to(device, dtype).requires_grad_()
+    return q, k, v
+
+
+def _masked_reference(q, k, v):
+    rep = q.shape[1] // k.shape[1]
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(
+        k.shape[2] - q.shape[2])
+    wide = torch.promote_types(q.dtype, torch.float32)  # the reference in fp32 or fp64
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.to(wide), k.to(wide).repeat_interleave(rep, 1), v.to(wide).repeat_interleave(rep, 1),
+        attn_mask=mask)
+
+
+@pytest.mark.parametrize("device,dtype,tol", [
+    ("cpu", torch.float64, 1e-10),
+    pytest.param("cuda", torch.float32, 1e-4, marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA")]),
+    pytest.param("cuda", torch.bfloat16, 3e-2, marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA")])])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_context_attention_is_bottom_right_causal_with_its_gradients(device, dtype, tol,
+                                                                      kv_heads):
+    from ltsim.executor.kernels import context_attention
+    q, k, v = _context_case(device, dtype, kv_heads)
+    out = context_attention(q, k, v)
+    ref = _masked_reference(q, k, v)
+    grad = torch.ones_like(ref)
+    got = torch.autograd.grad(out.to(ref.dtype), (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    assert rel_err([out.to(ref.dtype)], [ref]) < tol
+    assert rel_err([g.to(ref.dtype) for g in got], [g.to(ref.dtype) for g in want]) < tol
