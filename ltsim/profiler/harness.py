@@ -2,7 +2,7 @@
 
 Tables, in the order they are measured (each written the moment it is finished; see tables.py for
 checkpointing and `--resume`): gemm, gemm_bwd, elementwise, attention, attention_varlen, memory,
-collectives.
+eager, optimizer, collectives.
 meta.json is rewritten after every table, so an interrupted run leaves a readable profile of what
 it finished; its `notes` say which tables are still pending. Each table's provenance records the
 1-minute load average before and after it, since on a shared machine other processes skew CPU times.
@@ -30,7 +30,7 @@ import torch
 
 from ltsim.errors import ConfigError, ProfileError
 from ltsim.model import get_model
-from ltsim.profiler import activations, attention, collectives, elementwise, gemm
+from ltsim.profiler import activations, attention, collectives, eager, elementwise, gemm
 from ltsim.profiler.environment import describe
 from ltsim.profiler.shapes import ShardShape, shard
 from ltsim.profiler.sizes import ProfileSizes, sizes_for
@@ -180,8 +180,9 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
     flash = any(attention.uses_flash(bench.device, TORCH_DTYPES[s.dtype]) for s in shards)
     kernel = attention.FLASH_KERNEL if flash else attention.SDPA_KERNEL
     attn_notes = ("flash_attn_varlen_func(causal=True)" if flash else
-                  "torch SDPA on (1, heads, tokens, head_dim), is_causal when q == kv, bottom-right "
-                  "boolean mask when q < kv, K/V repeat_interleave'd to the query heads")
+                  "torch SDPA on (1, heads, tokens, head_dim), is_causal when q == kv, the "
+                  "executor's kernels.context_attention when q < kv (mask column), K/V "
+                  "repeat_interleave'd to the query heads")
     gemm_notes = "C[m,n] = A[m,k] @ B[k,n]; op lists every use as model/tpN/layer.pass"
     jobs = [
         TableJob(name="gemm", points=gemm.gemm_points(shards, sizes.gemm_tokens, ("fwd",)),
@@ -212,6 +213,15 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                  provenance={"method": "measured", "kernel": "one-layer forward",
                              "counter": "cuda_allocator" if device == "cuda"
                              else "saved_tensors_hooks"}),
+        TableJob(name="eager", points=eager.eager_points(shards, sizes.eager_tokens),
+                 measure=interleaved(lambda p: eager.prepare_eager(p, bench), bench),
+                 provenance={"method": "measured", "kernel": "executor ops", **timing,
+                             "notes": "whole executor ops (F, F_discard, F+B, F_discard+R+B) "
+                             "of a middle stage of 1 and 2 layers over one tiny sequence"}),
+        TableJob(name="optimizer", points=eager.optimizer_points(shards),
+                 measure=interleaved(lambda p: eager.prepare_optimizer(p, bench), bench),
+                 provenance={"method": "measured", "kernel": eager.IMPLEMENTATION, **timing,
+                             "notes": "the executor's optimizer step over 1 and 2 layers"}),
         TableJob(name="collectives",
                  points=collectives.collective_points(sizes.collective_group_sizes,
                                                       sizes.collective_bytes,

@@ -23,6 +23,7 @@ class ProfileSizes:
     varlen_num_seqs: tuple[int, ...]
     elementwise_tokens: tuple[int, ...]
     memory_tokens: tuple[int, ...]
+    eager_tokens: tuple[int, ...]  # tiny chunks, where an op costs what launching it costs
     collective_bytes: tuple[int, ...]
     collective_group_sizes: tuple[int, ...]
     timing: TimingPlan
@@ -59,6 +60,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
                 gemm_tokens=(16, 128, 1024), attention_tokens=(16, 128, 1024, 2048),
                 varlen_total_tokens=(512, 2048), varlen_num_seqs=(2, 8),
                 elementwise_tokens=(16, 256, 4096), memory_tokens=(128, 512),
+                eager_tokens=(16,),
                 collective_bytes=(64 * KiB, 1 * MiB, 16 * MiB), collective_group_sizes=groups[:1],
                 timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=10, target_s=0.02),
                 collective_timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=10,
@@ -68,6 +70,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             attention_tokens=(*powers_of_two(16, 4096, 2), 8192, 16384),
             varlen_total_tokens=(1024, 4096, 8192), varlen_num_seqs=(2, 8, 32),
             elementwise_tokens=powers_of_two(16, 8192, 2), memory_tokens=(256, 1024, 4096),
+            eager_tokens=(16, 64),
             collective_bytes=powers_of_two(4 * KiB, 64 * MiB, 2), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=30, target_s=0.5,
                               long_call_s=0.5, rounds=3),
@@ -77,6 +80,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             gemm_tokens=(256, 4096), attention_tokens=(512, 4096, 16384),
             varlen_total_tokens=(4096,), varlen_num_seqs=(2, 8),
             elementwise_tokens=(1024, 16384), memory_tokens=(1024, 4096),
+            eager_tokens=(32,),
             collective_bytes=(1 * MiB, 64 * MiB), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=3, min_repeats=5, max_repeats=20, target_s=0.02),
             collective_timing=TimingPlan(warmup=3, min_repeats=5, max_repeats=20, target_s=0.02))
@@ -84,6 +88,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
         gemm_tokens=powers_of_two(64, 65536), attention_tokens=powers_of_two(128, 131072, 2),
         varlen_total_tokens=(4096, 16384, 65536), varlen_num_seqs=(2, 8, 32, 128),
         elementwise_tokens=powers_of_two(256, 65536), memory_tokens=(1024, 4096, 16384),
+        eager_tokens=(32, 256),
         collective_bytes=powers_of_two(64 * KiB, 1024 * MiB, 2), collective_group_sizes=groups,
         timing=TimingPlan(warmup=5, min_repeats=10, max_repeats=100, target_s=0.1),
         collective_timing=TimingPlan(warmup=5, min_repeats=10, max_repeats=50, target_s=0.1))

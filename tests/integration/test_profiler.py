@@ -34,8 +34,8 @@ from ltsim.runner import simulate  # noqa: E402
 from ltsim.scenario import load_scenario  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory",
-          "collectives")
+TABLES = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory", "eager",
+          "optimizer", "collectives")
 COLUMNS = {
     "gemm": (*TABLE_COLUMNS["gemm"], "time_s_spread", "repeats", "pass", "op", "kernel", "method"),
     "gemm_bwd": (*TABLE_COLUMNS["gemm"], "time_s_spread", "repeats", "pass", "op", "method"),
@@ -46,6 +46,10 @@ COLUMNS = {
     "elementwise": ("op", "num_tokens", "hidden", "pass", "time_s", "kernel", "method"),
     "memory": ("model", "tp", "recompute", "num_tokens", "activation_bytes", "bytes_per_token",
                "method"),
+    "eager": ("model", "op", "layers", "num_tokens", "hidden", "dtype", "time_s", "kernel",
+              "method"),
+    "optimizer": ("model", "optimizer", "layers", "num_params", "dtype", "time_s",
+                  "implementation", "method"),
     "collectives": (*TABLE_COLUMNS["collectives"], "time_s_spread", "repeats", "impl", "method"),
 }
 QUICK = ["--device", "cpu", "--quick", "--model", "llama-tiny", "--tp", "1"]
@@ -94,7 +98,7 @@ def test_gemm_rows_hold_the_layer_shapes(quick_profile: Path) -> None:
 def test_attention_rows_form_the_causal_grid_of_one_kernel(quick_profile: Path) -> None:
     frame = read_table(quick_profile, "attention")
     assert frame["kernel"].nunique() == 1
-    assert set(frame["mask"]) == {"is_causal", "bool_bottom_right"}
+    assert set(frame["mask"]) == {"is_causal", "cpu_flash_bottom_right"}
     tokens = sorted(set(frame["q_tokens"]))
     assert sorted(set(frame["kv_tokens"])) == tokens
     pairs = set(zip(frame["q_tokens"], frame["kv_tokens"]))
@@ -268,7 +272,8 @@ def test_a_tp_degree_the_model_cannot_take_is_skipped_with_a_note(
     out, _, logged = one_device_profile
     note = "llama-tiny at tp 3: tp must be divisors of llama-tiny's num_attention_heads (8)"
     meta = read_meta(out)
-    for name in ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory"):
+    for name in ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory",
+                 "eager", "optimizer"):
         assert meta.tables[name]["skipped_tp"] == [note]
         assert meta.tables[name]["args"]["tp"] == [1, 2, 3]
     assert note in meta.notes and meta.notes.startswith("complete")
@@ -313,7 +318,8 @@ def test_progress_shows_a_line_per_table_when_not_on_a_terminal(
         one_device_profile: tuple[Path, str, list[str]]) -> None:
     out, shown, _ = one_device_profile
     lines = shown.splitlines()
-    names = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory")
+    names = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory", "eager",
+             "optimizer")
     assert [line.split(":")[0] for line in lines] == list(names)
     for name, line in zip(names, lines):
         rows = len(read_table(out, name))

@@ -1,0 +1,122 @@
+"""eager.csv and optimizer.csv: what the executor's eager PyTorch costs beyond its kernels.
+
+eager.csv (the host/dispatch floor). The executor's own ops (``ltsim.executor.state``:
+``forward_chunk``, ``recompute_chunk``, ``backward_chunk``) run on the executor's own layers
+(``ltsim.executor.model.Transformer``, a middle stage of ``layers`` layers: no embedding, no LM
+head) for one sequence of ``num_tokens`` tokens, timed whole. At a few dozen tokens the kernels
+take microseconds and the time is what launching them costs: the Python of each layer, autograd's
+graph, the K/V hook, one launch per kernel. Rows, per op:
+- ``F``: a forward that keeps its graph (op.keep all or selective); ``F_discard``: one without;
+- ``FB``: F then its backward; ``FdRB``: F_discard, the recompute R, then the backward.
+B = FB - F and R = FdRB - F_discard - B; rows at 1 and 2 layers give a per-op and a per-layer
+part. ``ltsim.costs.compute`` takes an op's time as the larger of its kernels' time and this
+floor: with asynchronous launches (CUDA) the host runs ahead of long kernels, and is the
+bottleneck of short ones.
+
+optimizer.csv: the executor's optimizer step (``torch.optim.Adam`` / ``SGD``, ``foreach=False``,
+states in the parameters' dtype: ltsim/executor/worker.py) over the parameters of 1 and 2 layers,
+with gradients set. Its time per parameter, slope and intercept, is what an OPT op of
+``parallel.optimizer_dtype = "model"`` costs (the executor's convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import lru_cache
+
+import torch
+
+from ltsim.executor.model import Transformer, pack_chunk
+from ltsim.executor.state import StateStore, backward_chunk, forward_chunk, recompute_chunk
+from ltsim.model import get_model
+from ltsim.profiler.shapes import ShardShape
+from ltsim.profiler.tables import Point, make_point
+from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
+
+EAGER_OPS = ("F", "F_discard", "FB", "FdRB")
+EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype")
+LAYERS = (1, 2)
+OPTIMIZERS = ("adam", "sgd")
+OPTIMIZER_KEY_FIELDS = ("model", "optimizer", "layers", "dtype")
+IMPLEMENTATION = "torch foreach=False, states in the parameter dtype"
+
+
+def _models(shards: Sequence[ShardShape]) -> list[ShardShape]:
+    """One unsharded shard per model: the executor runs whole layers (tp 1)."""
+    seen: dict[str, ShardShape] = {}
+    for shard in shards:
+        if shard.tp == 1:
+            seen.setdefault(shard.model, shard)
+    return list(seen.values())
+
+
+def eager_points(shards: Sequence[ShardShape], tokens: Sequence[int]) -> tuple[Point, ...]:
+    return tuple(make_point(EAGER_KEY_FIELDS, model=s.model, op=op, layers=layers,
+                            num_tokens=num_tokens, dtype=s.dtype)
+                 for s in _models(shards) for op in EAGER_OPS for layers in LAYERS
+                 for num_tokens in tokens)
+
+
+def optimizer_points(shards: Sequence[ShardShape]) -> tuple[Point, ...]:
+    return tuple(make_point(OPTIMIZER_KEY_FIELDS, model=s.model, optimizer=opt, layers=layers,
+                            dtype=s.dtype)
+                 for s in _models(shards) for opt in OPTIMIZERS for layers in LAYERS)
+
+
+@lru_cache(maxsize=2)  # building a 7B layer draws its weights on the CPU: seconds per build
+def _stage(model: str, layers: int, dtype: str, device: torch.device) -> Transformer:
+    """The executor's middle stage of ``layers`` layers of ``model`` (no embedding, no head)."""
+    spec = replace(get_model(model), num_layers=layers + 2, tied_embeddings=False)
+    return Transformer(spec, layers=(1, 1 + layers), dtype=TORCH_DTYPES[dtype]).to(device)
+
+
+def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
+            ) -> Callable[[], object]:
+    spec = stage.spec
+    gen = torch.Generator().manual_seed(0)
+    tokens = {0: torch.randint(0, spec.vocab_size, (num_tokens,), generator=gen)}
+    batch = pack_chunk([(0, 0, num_tokens)], tokens).to(device)
+    dtype = next(stage.parameters()).dtype
+    hidden = torch.randn(num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
+    grad = torch.randn(num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
+
+    def run() -> object:
+        store = StateStore()
+        keep = op in ("F", "FB")
+        handle = forward_chunk(stage, batch, store, keep_graph=keep, hidden=hidden)
+        if op == "FdRB":
+            recompute_chunk(stage, handle, store)
+        if op in ("FB", "FdRB"):
+            backward_chunk(handle, store, grad)
+        return handle
+    return run
+
+
+def prepare_eager(point: Point, bench: Bench) -> Case:
+    """One eager.csv point: an executor op over a tiny chunk, timed whole."""
+    p = point.values
+    stage = _stage(p["model"], p["layers"], p["dtype"], bench.device)
+    for param in stage.parameters():
+        param.requires_grad_(True)
+    return Case(run=_op_run(p["op"], stage, p["num_tokens"], bench.device),
+                columns={"model": p["model"], "op": p["op"], "layers": p["layers"],
+                         "num_tokens": p["num_tokens"], "hidden": stage.spec.hidden_size,
+                         "dtype": p["dtype"]},
+                extras={"kernel": "executor", "method": "measured"})
+
+
+def prepare_optimizer(point: Point, bench: Bench) -> Case:
+    """One optimizer.csv point: the executor's optimizer step over 1 or 2 layers' parameters."""
+    p = point.values
+    stage = _stage(p["model"], p["layers"], p["dtype"], bench.device)
+    params = list(stage.parameters())
+    for param in params:  # the stage may be shared with other points: only its grads are set
+        param.grad = torch.randn_like(param) * 1e-3
+    cls = torch.optim.Adam if p["optimizer"] == "adam" else torch.optim.SGD
+    optimizer = cls(params, lr=1e-4, foreach=False)
+    optimizer.step()  # Adam's state is created on the first step, outside the timing
+    return Case(run=optimizer.step,
+                columns={"model": p["model"], "optimizer": p["optimizer"], "layers": p["layers"],
+                         "num_params": sum(x.numel() for x in params), "dtype": p["dtype"]},
+                extras={"implementation": IMPLEMENTATION, "method": "measured"})
