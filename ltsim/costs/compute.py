@@ -20,6 +20,8 @@ LM head and loss (a work with ``head``): (T, h) @ (h, V/tp), plus reading and wr
   three times (softmax, loss, gradient) through HBM; doubled GEMM in backward.
 
 ``part`` "attn" is the attention term alone (the part ring CP overlaps), "dense" the rest.
+Eager overhead: an F, R or B op takes at least the profile's measured floor for its kind and
+layer count (eager.py; none when the profile has no eager.csv).
 CP communication, ZeRO gathers and the DP reduction are comm ops of their own (comm.py).
 """
 
@@ -30,10 +32,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from ltsim.costs.eager import eager_costs
 from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
-from ltsim.plan import OpKind, Split, Work
+from ltsim.plan import Keep, OpKind, Split, Work
 from ltsim.profiles import Profile, read_table
 from ltsim.units import dtype_bytes
 
@@ -47,11 +50,26 @@ class ComputeCosts:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.e = dtype_bytes(model.dtype)
         self._elementwise = _elementwise_curves(profile.path)
+        self._floor, _, self._eager_notes = eager_costs(str(profile.path), model)
         self.layer_s = lru_cache(maxsize=4096)(self._layer_s)
         self.attention_s = lru_cache(maxsize=65536)(self._attention_s)
         self.head_s = lru_cache(maxsize=4096)(self._head_s)
 
-    def time_s(self, kind: OpKind, work: Work, part: str) -> float:
+    def time_s(self, kind: OpKind, work: Work, part: str, keep: Keep = Keep.ALL) -> float:
+        """Kernel time of the op, and at least the profile's eager floor (eager.py) for the op
+        kind and layer count; the ``attn`` part alone (ring CP's overlapped share) is kernels
+        only, and the ``dense`` part takes what the floor leaves, so the parts add to the whole."""
+        kernels = self._kernels_s(kind, work, part)
+        if self._floor is None or part == "attn":
+            return kernels
+        for note in self._eager_notes:
+            self.profile.note(note)
+        floor = self._floor.floor_s(kind, work.num_layers, keep)
+        if part == "dense":  # the attn part plus this one make the whole op's time
+            floor -= self._kernels_s(kind, work, "attn")
+        return max(kernels, floor)
+
+    def _kernels_s(self, kind: OpKind, work: Work, part: str) -> float:
         split = work.split
         backward = kind is OpKind.B
         layers = work.num_layers

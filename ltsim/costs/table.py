@@ -6,7 +6,9 @@ copies: comm.py; buffers and static memory: buffers.py.
 
 OPT = optimizer step: ~28 bytes per local parameter shard through HBM (Adam over fp32 master
 weights: read param, grad, m, v (16 B), write param, m, v (12 B)); the shard is 1/num_shards of
-the device's parameters from ZeRO stage 1 on.
+the device's parameters from ZeRO stage 1 on. With ``optimizer_dtype = "model"`` (Adam state in the
+parameters' dtype, the executor's convention) and a profile with optimizer.csv, the measured step
+time instead (costs/eager.py).
 
 Memory: ``memory_limit_bytes`` is the device memory less the allocator allowance
 (memory.ALLOCATOR_OVERHEAD: fixed CUDA-context/NCCL bytes, then the fragmentation share), the one
@@ -19,6 +21,7 @@ import ltsim.memory as mem
 from ltsim.costs.buffers import BufferCosts
 from ltsim.costs.comm import CommCosts
 from ltsim.costs.compute import ComputeCosts
+from ltsim.costs.eager import eager_costs
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
@@ -43,10 +46,11 @@ class TableCostModel:
         self._buffers = BufferCosts(model)
         self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
         self._compute = ComputeCosts(model, cluster, self.profile)
+        _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
 
     def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
-        return self._compute.time_s(kind, work, part)
+        return self._compute.time_s(kind, work, part, keep)
 
     def comm_s(self, comm: Comm) -> float:
         return self._comm.time_s(comm)
@@ -54,6 +58,8 @@ class TableCostModel:
     def optimizer_s(self, device: Device) -> float:
         params = self._buffers.static_bytes(device).num_parameters
         shards = device.num_shards if device.zero_stage >= 1 else 1
+        if device.optimizer_dtype == "model" and self._optimizer_rate is not None:
+            return self._optimizer_rate.time_s(params / shards)  # measured (costs/eager.py)
         return params / shards * OPT_BYTES_PER_PARAM / self.cluster.device.hbm_bytes_per_s
 
     def buffer_bytes(self, buffer: Buffer) -> int:

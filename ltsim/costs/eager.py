@@ -1,0 +1,132 @@
+"""What eager PyTorch costs beyond the kernels, from a profile's eager.csv and optimizer.csv.
+
+Both tables are measured on the executor's own code (ltsim/profiler/eager.py says how). A profile
+without them (published or analytic tables, older profiles) prices kernels alone, as before.
+
+- ``EagerFloor``: the least time an F, R or B op of ``layers`` layers takes, whatever its size: a
+  per-op part plus a per-layer part, from whole executor ops over a tiny chunk (the least time
+  over the token counts measured), at 1 and 2 layers. B = FB - F. R runs the executor's forward
+  with its graph, the same code as a kept F, so its floor is F's (the table's FdRB rows, F_discard
+  + R + B, check that reading: validation/executor/gpu_notes.md). A compute op then takes max(its kernels'
+  time, this floor): launches are asynchronous, so the host hides behind long kernels and is the
+  bottleneck of short ones.
+- ``OptimizerRate``: seconds of the executor's Adam step as intercept + slope x parameters, from
+  its rows at 1 and 2 layers. It prices OPT for ``optimizer_dtype = "model"`` (the executor's
+  convention: Adam state in the parameters' dtype, ``foreach=False``); fp32 master weights keep
+  the bytes-through-HBM estimate (table.py).
+
+Rows of the simulated model are used when the profile has them, else those of the measured model
+closest in hidden size (the floor is host work, nearly independent of width); the choice is noted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from ltsim.errors import ProfileError
+from ltsim.model import ModelSpec
+from ltsim.plan import Keep, OpKind
+from ltsim.profiles import read_table
+
+
+def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str]
+              ) -> pd.DataFrame | None:
+    """The table's rows of ``model`` in the model's dtype, else of the nearest measured model;
+    None when the profile has no such table."""
+    try:
+        frame = read_table(directory, table)
+    except ProfileError:
+        return None
+    if table == "optimizer":
+        frame = frame[frame["optimizer"] == "adam"]
+    frame = frame[frame["dtype"].astype(str) == model.dtype]
+    if frame.empty:
+        return frame
+    if (frame["model"] == model.name).any():
+        return frame[frame["model"] == model.name]
+    if "hidden" in frame.columns:
+        widths = frame.groupby("model")["hidden"].first()
+        nearest = (widths - model.hidden_size).abs().idxmin()
+    else:
+        nearest = sorted(frame["model"].unique())[0]
+    notes.append(f"{table}.csv has no rows for {model.name}; used {nearest}'s")
+    return frame[frame["model"] == nearest]
+
+
+def _line(times: dict[int, float]) -> tuple[float, float]:
+    """(per-op, per-layer) seconds through the 1- and 2-layer points, both >= 0."""
+    per_layer = max(0.0, times[2] - times[1])
+    return max(0.0, times[1] - per_layer), per_layer
+
+
+@dataclass(frozen=True, slots=True)
+class EagerFloor:
+    """(per-op, per-layer) seconds for each of F (kept graph), F_discard, R and B."""
+
+    parts: dict[str, tuple[float, float]]
+
+    @classmethod
+    def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
+                     ) -> "EagerFloor | None":
+        rows = _rows_for(directory, "eager", model, notes)
+        if rows is None or rows.empty:
+            return None
+        # the least time over the token counts measured: an op never takes less at more tokens,
+        # so a slower small-chunk row is host jitter, not the floor
+        t = {(op, int(layers)): float(time_s) for (op, layers), time_s in
+             rows.groupby(["op", "layers"])["time_s"].min().items()}
+        try:
+            measured = {op: {n: t[(op, n)] for n in (1, 2)} for op in ("F", "F_discard", "FB")}
+        except KeyError:
+            return None
+        backward = {n: measured["FB"][n] - measured["F"][n] for n in (1, 2)}
+        forward = _line(measured["F"])
+        return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
+                          "B": _line(backward), "R": forward})
+
+    def floor_s(self, kind: OpKind, layers: int, keep: Keep) -> float:
+        """Least seconds of an op of ``kind`` over ``layers`` layers (0 for kinds not measured)."""
+        name = kind.name
+        if kind is OpKind.F and keep not in (Keep.ALL, Keep.SELECTIVE):
+            name = "F_discard"
+        part = self.parts.get(name)
+        return 0.0 if part is None or layers <= 0 else part[0] + part[1] * layers
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerRate:
+    """Seconds of the executor's Adam step: ``intercept_s + per_param_s`` x parameters."""
+
+    intercept_s: float
+    per_param_s: float
+
+    @classmethod
+    def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
+                     ) -> "OptimizerRate | None":
+        rows = _rows_for(directory, "optimizer", model, notes)
+        if rows is None:
+            return None
+        points = rows.groupby("num_params")["time_s"].median().sort_index()
+        if len(points) < 2:
+            return None
+        (p1, t1), (p2, t2) = list(points.items())[:2]
+        slope = max(0.0, (t2 - t1) / (p2 - p1))
+        return cls(intercept_s=max(0.0, t1 - slope * p1), per_param_s=slope)
+
+    def time_s(self, num_params: float) -> float:
+        return self.intercept_s + self.per_param_s * num_params
+
+
+@lru_cache(maxsize=64)
+def eager_costs(directory: str, model: ModelSpec
+                ) -> tuple[EagerFloor | None, OptimizerRate | None, tuple[str, ...]]:
+    """The profile's eager floor and optimizer rate for ``model`` (None where it has no table),
+    and notes on rows borrowed from another model; read once per profile and model."""
+    notes: list[str] = []
+    floor = EagerFloor.from_profile(directory, model, notes)
+    rate = OptimizerRate.from_profile(directory, model, notes)
+    return floor, rate, tuple(notes)

@@ -1,0 +1,97 @@
+"""The eager floor and optimizer rate (ltsim/costs/eager.py) from eager.csv / optimizer.csv: the
+arithmetic of B = FB - F, R's floor = F's, the least time over token counts, the per-op and
+per-layer parts, the max(kernels, floor) rule, and the measured optimizer step for the
+executor's dtype convention."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from ltsim.costs.eager import EagerFloor, OptimizerRate, eager_costs
+from ltsim.costs.table import TableCostModel
+from ltsim.hardware import ClusterSpec, get_device
+from ltsim.model import get_model
+from ltsim.plan import Device, Keep, OpKind, Slice, Split, Work
+from ltsim.profiles import write_table
+
+# whole-op seconds at 1 and 2 layers: F = 1 + 2 L ms, F_discard = 0.5 + 2 L, B = 2 + 3 L,
+# R = 1 + 1.5 L, so FB = F + B and FdRB = F_discard + R + B; the 64-token rows take 3x as long
+# except F at 2 layers, which is *faster* there (host jitter at 16 tokens): the least time counts
+MS = 1e-3
+TIMES = {"F": (3, 5), "F_discard": (2.5, 4.5), "FB": (3 + 5, 5 + 8),
+         "FdRB": (2.5 + 2.5 + 5, 4.5 + 4 + 8)}
+
+
+def _profile(tmp_path, repo, model="llama-tiny", dtype="fp32"):
+    out = tmp_path / "prof"
+    shutil.copytree(repo / "profiles" / "cpu-ci", out)
+    rows = [{"model": model, "op": op, "layers": n, "num_tokens": tokens, "hidden": 256,
+             "dtype": dtype, "time_s": t[n - 1] * MS * (
+                 (0.9 if (op, n) == ("F", 2) else 3) if tokens == 64 else 1)}
+            for op, t in TIMES.items() for n in (1, 2) for tokens in (16, 64)]
+    write_table(out, "eager", pd.DataFrame(rows))
+    write_table(out, "optimizer", pd.DataFrame([
+        {"model": model, "optimizer": "adam", "layers": n, "num_params": p, "dtype": dtype,
+         "time_s": 1e-4 + 2e-9 * p} for n, p in ((1, 1_000_000), (2, 2_000_000))]))
+    return out
+
+
+def test_floor_parts_come_from_the_least_time_and_subtract_to_b(tmp_path, repo):
+    floor = EagerFloor.from_profile(_profile(tmp_path, repo), get_model("llama-tiny"), [])
+    f1, f2 = 3, 0.9 * 5  # F at 2 layers: its 64-token row is the least
+    b1, b2 = 8 - f1, 13 - f2  # B = FB - F at 1 and 2 layers
+    expected = {"F": (f1 - (f2 - f1), f2 - f1), "F_discard": (0.5, 2),
+                "B": (b1 - (b2 - b1), b2 - b1)}
+    for name, (fixed, per_layer) in expected.items():
+        assert floor.parts[name] == pytest.approx((fixed * MS, per_layer * MS))
+    assert floor.parts["R"] == floor.parts["F"]  # a recompute runs a kept forward's code
+    assert floor.floor_s(OpKind.F, 4, Keep.NOTHING) == pytest.approx(8.5 * MS)
+    assert floor.floor_s(OpKind.F, 4, Keep.SELECTIVE) == pytest.approx(
+        (f1 + 3 * (f2 - f1)) * MS)
+    assert floor.floor_s(OpKind.B, 3, Keep.ALL) == pytest.approx((b1 + 2 * (b2 - b1)) * MS)
+    assert floor.floor_s(OpKind.W, 4, Keep.ALL) == 0.0
+
+
+def test_an_op_costs_the_larger_of_its_kernels_and_its_floor(tmp_path, repo):
+    model = replace(get_model("llama-tiny"), dtype="fp32")
+    base = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2)
+    plain = TableCostModel(model, base)
+    eager = TableCostModel(model, replace(base, profile=str(_profile(tmp_path, repo))))
+    layers = (0, model.num_layers)
+    for tokens in (16, 64, 256, 4096):
+        work = Work(chunk=0, slices=(Slice(0, 0, tokens),), layers=layers, split=Split())
+        for kind in (OpKind.F, OpKind.B, OpKind.R):
+            kernels = plain.compute_s(kind, work)
+            floor = EagerFloor.from_profile(eager.profile.path, model, []).floor_s(
+                kind, model.num_layers, Keep.ALL)
+            assert eager.compute_s(kind, work) == pytest.approx(max(kernels, floor))
+    assert eager.compute_s(OpKind.F, work, part="attn") == plain.compute_s(OpKind.F, work,
+                                                                            part="attn")
+
+
+def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
+    model = replace(get_model("llama-tiny"), dtype="fp32")
+    cluster = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2,
+                          profile=str(_profile(tmp_path, repo)))
+    cost = TableCostModel(model, cluster)
+    device = Device(index=0, stage=0, replica=0, layers=(0, model.num_layers), embed=True,
+                    head=True, optimizer_dtype="model", grad_dtype="model")
+    params = cost._buffers.static_bytes(device).num_parameters
+    assert cost.optimizer_s(device) == pytest.approx(1e-4 + 2e-9 * params)
+    fp32 = replace(device, optimizer_dtype="fp32", grad_dtype="fp32")
+    assert cost.optimizer_s(fp32) == pytest.approx(
+        params * 28.0 / cluster.device.hbm_bytes_per_s)
+
+
+def test_another_models_rows_are_borrowed_with_a_note_and_absent_tables_give_none(tmp_path, repo):
+    directory = str(_profile(tmp_path, repo, model="llama-small"))
+    floor, rate, notes = eager_costs(directory, get_model("llama-tiny"))
+    assert floor is not None and isinstance(rate, OptimizerRate)
+    assert notes == ("eager.csv has no rows for llama-tiny; used llama-small's",
+                     "optimizer.csv has no rows for llama-tiny; used llama-small's")
+    assert eager_costs(str(repo / "profiles" / "cpu-ci"), get_model("llama-tiny"))[:2] == (
+        None, None)
