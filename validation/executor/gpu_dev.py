@@ -1,6 +1,6 @@
 """Predictions for the H100 executor development set against what was measured.
 
-    python validation/executor/gpu_dev.py > validation/executor/gpu.md
+    python validation/executor/gpu_dev.py --data h100-run2   # or h100-dev (the default)
     python validation/executor/gpu_dev.py --profile h100-sxm5-80gb-public   # the old default
 
 The set is validation/executor/h100-dev (copied from ../shared/data/h100-executor-dev): seven plans that ltsim's
@@ -26,16 +26,20 @@ import ltsim  # noqa: E402
 from ltsim.runner import run  # noqa: E402
 from ltsim.validate import bare_cost_model  # noqa: E402
 
-DATA = ROOT / "validation" / "executor" / "h100-dev"  # measurements.csv, copied from shared/data
-SCENARIOS = ROOT / "validation" / "executor" / "h100-dev"
+SETS = {"h100-dev": "`validation/executor/h100-dev` (copied from `../shared/data/h100-executor-dev`: "
+                    "measured 2026-11-22 by ltsim 1acdf9d's executor, boolean-mask attention for "
+                    "slices with context, torch 2.11, cuDNN SDPA)",
+        "h100-run2": "`validation/executor/h100-run2` (measured 2026-11-23 by "
+                     "`validation/executor/gpu_run.py` with this executor: lower-right causal "
+                     "SDPA for slices with context; torch 2.11)"}
 GIB = 2**30
 
 
-def rows(profile: str | None = None) -> list[dict]:
+def rows(data: Path, profile: str | None = None) -> list[dict]:
     out = []
     sets = [f'hardware.profile="{profile}"'] if profile else []
-    for meas in csv.DictReader(open(DATA / "measurements.csv")):
-        scenario = ltsim.load_scenario(SCENARIOS / f"{meas['plan']}.toml", sets)
+    for meas in csv.DictReader(open(data / "measurements.csv")):
+        scenario = ltsim.load_scenario(data / f"{meas['plan']}.toml", sets)
         sim = run(scenario, cost=bare_cost_model(scenario))
         trace = sim.traces[0]
         kinds: dict[str, float] = {}
@@ -56,12 +60,12 @@ def err(pred: float, meas: float) -> float:
 
 def main() -> None:
     profile = sys.argv[sys.argv.index("--profile") + 1] if "--profile" in sys.argv else None
-    data = rows(profile)
-    print("# ltsim against its executor on one H100 (development set)\n")
-    print("Made by `python validation/executor/gpu_dev.py > validation/executor/gpu.md` from "
-          "`../shared/data/h100-executor-dev` (measured 2026-11-22, ltsim 1acdf9d's executor, "
-          "torch 2.11, cuDNN SDPA) with the `h100-sxm5-80gb` preset's default profile. "
-          "Errors are (predicted - measured) / measured.\n")
+    name = sys.argv[sys.argv.index("--data") + 1] if "--data" in sys.argv else "h100-dev"
+    data = rows(ROOT / "validation" / "executor" / name, profile)
+    print(f"## {name}\n")
+    print(f"`python validation/executor/gpu_dev.py --data {name}` on {SETS[name]}, predicted with "
+          f"the `{profile or 'h100-sxm5-80gb'}` profile. Errors are (predicted - measured) / "
+          "measured.\n")
     print("| plan | time meas (s) | time pred (s) | error | peak meas (GiB) | peak pred (GiB) | error "
           "| static meas / pred (GiB) | above static meas / pred (GiB) | error |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
