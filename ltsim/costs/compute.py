@@ -50,7 +50,9 @@ class ComputeCosts:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.e = dtype_bytes(model.dtype)
         self._elementwise = _elementwise_curves(profile.path)
-        self._floor, _, self._eager_notes = eager_costs(str(profile.path), model)
+        self._floor, _, borrowed = eager_costs(str(profile.path), model)
+        for note in borrowed:  # rows of another model: reported once per run
+            profile.note(note)
         self.layer_s = lru_cache(maxsize=4096)(self._layer_s)
         self.attention_s = lru_cache(maxsize=65536)(self._attention_s)
         self.head_s = lru_cache(maxsize=4096)(self._head_s)
@@ -62,8 +64,6 @@ class ComputeCosts:
         kernels = self._kernels_s(kind, work, part)
         if self._floor is None or part == "attn":
             return kernels
-        for note in self._eager_notes:
-            self.profile.note(note)
         floor = self._floor.floor_s(kind, work.num_layers, keep)
         if part == "dense":  # the attn part plus this one make the whole op's time
             floor -= self._kernels_s(kind, work, "attn")

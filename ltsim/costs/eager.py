@@ -16,7 +16,8 @@ without them (published or analytic tables, older profiles) prices kernels alone
   the bytes-through-HBM estimate (table.py).
 
 Rows of the simulated model are used when the profile has them, else those of the measured model
-closest in hidden size (the floor is host work, nearly independent of width); the choice is noted.
+closest in hidden size (the floor is host work, nearly independent of width; optimizer.csv has no
+width column, so there the first model by name); the choice is noted.
 """
 
 from __future__ import annotations
@@ -33,16 +34,16 @@ from ltsim.plan import Keep, OpKind
 from ltsim.profiles import read_table
 
 
-def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str]
-              ) -> pd.DataFrame | None:
-    """The table's rows of ``model`` in the model's dtype, else of the nearest measured model;
-    None when the profile has no such table."""
+def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str],
+              **match: str) -> pd.DataFrame | None:
+    """The table's rows (those equal to ``match`` too) of ``model`` in the model's dtype, else of
+    the nearest measured model; None when the profile has no such table."""
     try:
         frame = read_table(directory, table)
     except ProfileError:
         return None
-    if table == "optimizer":
-        frame = frame[frame["optimizer"] == "adam"]
+    for column, value in match.items():
+        frame = frame[frame[column] == value]
     frame = frame[frame["dtype"].astype(str) == model.dtype]
     if frame.empty:
         return frame
@@ -107,7 +108,7 @@ class OptimizerRate:
     @classmethod
     def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
                      ) -> "OptimizerRate | None":
-        rows = _rows_for(directory, "optimizer", model, notes)
+        rows = _rows_for(directory, "optimizer", model, notes, optimizer="adam")
         if rows is None:
             return None
         points = rows.groupby("num_params")["time_s"].median().sort_index()
