@@ -5,14 +5,25 @@ started and its stream is free (ops of a stream run in program order); a SEND oc
 sender's comm stream for the link time; a collective with a group of several devices starts when
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
-says. Durations and bytes are priced once per op before the replay, from the op alone.
-Deterministic: SimPy orders simultaneous events by insertion, and processes are created in plan
-order.
+says.
+
+How it runs (issue 13, validation/perf/README.md). The plan is first compiled to flat arrays:
+integer op ids, dependency id tuples, and durations and byte counts priced once per distinct
+shape of work (ops of equal token layout cost the same whatever their chunk). Each stream's
+process then walks its ops keeping its own clock: an op starts at the latest of the stream's
+clock and its dependencies' (known) end times, so a process yields to SimPy only when it needs
+an op whose times are not known yet (another stream has not reached it), or a collective
+partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
+time. Identical DP replicas (same programs up to device and chunk numbering) are replayed once
+(ltsim/sim/replicas.py) and their events copied. Deterministic: times are maxima and sums of
+priced durations, independent of the order SimPy wakes processes in.
 """
 
 from __future__ import annotations
 
 import gc
+from heapq import merge
+from typing import Any
 
 import simpy
 
@@ -22,14 +33,132 @@ from ltsim.plan import Op, OpKind, Plan
 from ltsim.trace import Event, Trace
 
 
-class _Barrier:
-    """Releases all members of one collective together."""
+class _At(simpy.Event):
+    """An event that fires at a simulated time known only later: when the op it stands for is
+    reached by its stream (SimPy's Timeout, with its delay set after creation)."""
 
-    __slots__ = ("remaining", "event")
+    __slots__ = ()
+
+    def fire_at(self, time_s: float) -> None:
+        self._ok = True
+        self._value = None
+        env = self.env
+        env.schedule(self, delay=max(0.0, time_s - env.now))
+
+
+class _Barrier:
+    """The members of one collective: how many have not arrived, the latest arrival, and the
+    event the early ones wait on."""
+
+    __slots__ = ("remaining", "time_s", "event")
 
     def __init__(self, env: simpy.Environment, size: int) -> None:
         self.remaining = size
-        self.event = env.event()
+        self.time_s = 0.0
+        self.event = _At(env)
+
+
+class Compiled:
+    """A plan as the replay reads it: per op, its stream position, duration, memory deltas and
+    the integer ids of what it waits for. Built once per plan (``compile_plan``)."""
+
+    __slots__ = ("plan", "ops", "programs", "steps", "static")
+
+    def __init__(self, plan: Plan, ops: list[Op], programs: list[tuple[int, str, int, int]],
+                 steps: list[tuple], static: list[int]) -> None:
+        self.plan = plan
+        self.ops = ops  # in plan order: op id = position
+        self.programs = programs  # (device, stream, first op id, stop op id)
+        self.steps = steps  # per op: (dur, alloc, host_alloc, free, host_free, deps, start_deps, coll)
+        self.static = static
+
+
+def _shape(work) -> tuple:
+    """What a Work's cost depends on: its token layout, layers and split, not its chunk or
+    sequence numbers (the cost model prices from these alone)."""
+    return (tuple((s.start, s.stop) for s in work.slices), work.layers, work.split, work.embed,
+            work.head)
+
+
+def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
+    """Price every op once per distinct shape and turn keys into integer ids."""
+    ops = [op for program in plan.programs for op in program.ops]
+    ids = {op.key: i for i, op in enumerate(ops)}
+    shapes: dict = {}
+    prices: dict = {}
+    sizes: dict = {}
+    working: dict = {}
+    optimizer: dict = {}
+
+    def shape(work) -> tuple:
+        value = shapes.get(work)
+        if value is None:
+            value = shapes[work] = _shape(work)
+        return value
+
+    def nbytes(buffers) -> tuple[int, int]:
+        dev = hst = 0
+        for buf in buffers:
+            bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
+            size = sizes.get(bkey)
+            if size is None:
+                size = sizes[bkey] = cost.buffer_bytes(buf)
+            if buf.host:
+                hst += size
+            else:
+                dev += size
+        return dev, hst
+
+    def price(op: Op) -> float:
+        if op.kind is OpKind.OPT:
+            device = plan.devices[op.device]
+            value = optimizer.get(device)
+            if value is None:
+                value = optimizer[device] = cost.optimizer_s(device)
+            return value
+        work, comm = op.work, op.comm
+        if work is not None:
+            pkey = (op.kind, shape(work), op.part, op.keep)
+        elif comm is not None:
+            pkey = (comm.collective, comm.tensor, shape(comm.work), comm.group_size, comm.gpus,
+                    comm.steps)
+        else:
+            return duration_s(cost, op)  # raises: the op carries neither
+        value = prices.get(pkey)
+        if value is None:
+            value = prices[pkey] = duration_s(cost, op)
+        return value
+
+    steps = []
+    programs = []
+    first = 0
+    coll_kind = OpKind.COLL
+    for program in plan.programs:
+        for op in program.ops:
+            alloc, host_alloc = nbytes(op.allocs) if op.allocs else (0, 0)
+            free, host_free = nbytes(op.frees) if op.frees else (0, 0)
+            work = op.work
+            if work is not None:  # an op's working set is held while it runs
+                wkey = (op.kind, shape(work), op.part)
+                size = working.get(wkey)
+                if size is None:
+                    size = working[wkey] = cost.working_bytes(op.kind, work, part=op.part)
+                alloc += size
+                free += size
+            try:
+                deps = tuple([ids[d] for d in op.deps])
+                start_deps = tuple([ids[d] for d in op.start_deps]) if op.start_deps else ()
+            except KeyError as missing:
+                raise PlanError(f"{plan.strategy}: op {op.key} depends on {missing.args[0]}, which "
+                                f"is not in the plan\n{plan.grid(mark=op.key)}") from None
+            coll = ((op.key.token, op.group) if op.kind is coll_kind and len(op.group) > 1
+                    else None)
+            steps.append((price(op), alloc, host_alloc, free, host_free, deps, start_deps, coll))
+        stop = first + len(program.ops)
+        programs.append((program.device, program.stream, first, stop))
+        first = stop
+    static = [cost.static_memory_bytes(d) for d in plan.devices]
+    return Compiled(plan, ops, programs, steps, static)
 
 
 class Engine:
@@ -44,117 +173,133 @@ class Engine:
         paused = gc.isenabled()
         gc.disable()
         try:
-            return self._run(plan)
+            from ltsim.sim.replicas import replay_deduplicated
+
+            return replay_deduplicated(plan, self.cost, replay)
         finally:
             if paused:
                 gc.enable()
 
-    def _run(self, plan: Plan) -> Trace:
-        env = simpy.Environment()
-        cost = self.cost
-        finish_needed = {dep for op in plan.ops() for dep in op.deps}
-        start_needed = {dep for op in plan.ops() for dep in op.start_deps}
-        done = {key: env.event() for key in finish_needed}
-        began = {key: env.event() for key in start_needed}
-        static = [cost.static_memory_bytes(d) for d in plan.devices]
-        level = list(static)
-        host = [0] * plan.num_devices
-        memory: list[tuple[float, int, int]] = []
-        host_memory: list[tuple[float, int, int]] = []
-        events: list[Event] = []
-        barriers: dict[tuple, _Barrier] = {}
-        sizes: dict = {}
-        prices: dict = {}
-        kind_text = {k: k.value for k in OpKind}
 
-        def nbytes(buffers) -> tuple[int, int]:
-            if not buffers:
-                return 0, 0
-            dev = hst = 0
-            for buf in buffers:
-                size = sizes.get(buf)
-                if size is None:
-                    size = sizes[buf] = cost.buffer_bytes(buf)
-                if buf.host:
-                    hst += size
+def replay(compiled: Compiled) -> tuple[list[float], list[float], list[list], list[list]]:
+    """Run the compiled plan in SimPy. Returns per op its start and end time (None where it never
+    ran) and, per program, its device and host memory deltas as (time, delta) in program order."""
+    env = simpy.Environment()
+    steps = compiled.steps
+    n = len(steps)
+    start: list[Any] = [None] * n
+    finish: list[Any] = [None] * n
+    done_wait: dict[int, _At] = {}  # op id -> event fired at its end, made when someone waits
+    began_wait: dict[int, _At] = {}
+    barriers: dict[tuple, _Barrier] = {}
+    mem: list[list] = [[] for _ in compiled.programs]
+    host_mem: list[list] = [[] for _ in compiled.programs]
+
+    def wait(table: dict, op_id: int) -> _At:
+        event = table.get(op_id)
+        if event is None:
+            event = table[op_id] = _At(env)
+        return event
+
+    def run_program(first: int, stop: int, mem_out: list, host_out: list):
+        clock = 0.0
+        for i in range(first, stop):
+            dur, alloc, host_alloc, free, host_free, deps, start_deps, coll = steps[i]
+            for d in deps:
+                end = finish[d]
+                if end is None:
+                    yield wait(done_wait, d)
+                    end = finish[d]
+                if end > clock:
+                    clock = end
+            for d in start_deps:
+                begin = start[d]
+                if begin is None:
+                    yield wait(began_wait, d)
+                    begin = start[d]
+                if begin > clock:
+                    clock = begin
+            if coll is not None:
+                barrier = barriers.get(coll)
+                if barrier is None:
+                    barrier = barriers[coll] = _Barrier(env, len(coll[1]))
+                barrier.remaining -= 1
+                if clock > barrier.time_s:
+                    barrier.time_s = clock
+                if barrier.remaining:
+                    yield barrier.event
                 else:
-                    dev += size
-            return dev, hst
+                    barrier.event.fire_at(barrier.time_s)
+                clock = barrier.time_s
+            start[i] = clock
+            event = began_wait.get(i)
+            if event is not None:
+                event.fire_at(clock)
+            end = clock + dur if dur > 0 else clock
+            finish[i] = end
+            event = done_wait.get(i)
+            if event is not None:
+                event.fire_at(end)
+            if alloc:
+                mem_out.append((clock, alloc))
+            if host_alloc:
+                host_out.append((clock, host_alloc))
+            if free:
+                mem_out.append((end, -free))
+            if host_free:
+                host_out.append((end, -host_free))
+            clock = end
 
-        def price(op: Op) -> float:
-            if op.kind is OpKind.OPT:
-                return cost.optimizer_s(plan.devices[op.device])
-            if op.work is None:
-                return duration_s(cost, op)
-            pkey = (op.kind, op.work, op.part, op.keep)  # ops of one work share a price
-            value = prices.get(pkey)
-            if value is None:
-                value = prices[pkey] = duration_s(cost, op)
-            return value
+    for p, (_, _, first, stop) in enumerate(compiled.programs):
+        if stop > first:
+            env.process(run_program(first, stop, mem[p], host_mem[p]))
+    env.run()
+    return start, finish, mem, host_mem
 
-        def step(op: Op):
-            key = op.key
-            waits = tuple(done[d] for d in op.deps)
-            if op.start_deps:
-                waits += tuple(began[d] for d in op.start_deps)
-            coll = (key.token, op.group) if op.kind is OpKind.COLL and len(op.group) > 1 else None
-            alloc, host_alloc = nbytes(op.allocs)
-            free, host_free = nbytes(op.frees)
-            if op.work is not None:  # an op's working set is held while it runs
-                working = cost.working_bytes(op.kind, op.work, part=op.part)
-                alloc, free = alloc + working, free + working
-            return (key.token, kind_text[key.kind], key.stage, key.chunk, waits, price(op),
-                    (alloc, host_alloc), (free, host_free), coll, done.get(key), began.get(key))
 
-        def arrive(coll, size: int):
-            barrier = barriers.get(coll)
-            if barrier is None:
-                barrier = barriers[coll] = _Barrier(env, size)
-            barrier.remaining -= 1
-            if barrier.remaining == 0:
-                barrier.event.succeed()
-            return barrier.event
+def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
+                host_mem: list[list]) -> Trace:
+    """The Trace of a replay: events sorted by (start, device, stream), and each device's memory
+    levels after every change (its streams' deltas merged by time, releases first at a tie)."""
+    plan, ops = compiled.plan, compiled.ops
+    missing = [i for i, end in enumerate(finish) if end is None]
+    if missing:
+        stuck = ops[missing[0]].key
+        raise PlanError(f"{plan.strategy}: {len(missing)} ops never ran (deadlock), "
+                        f"first {stuck}\n{plan.grid(mark=stuck)}")
+    events = []
+    append = events.append
+    for device, stream, first, stop in compiled.programs:
+        for i in range(first, stop):
+            key = ops[i].key
+            append(Event(device, stream, key.token, key.kind.value, key.stage, key.chunk,
+                         start[i], finish[i]))
+    events.sort(key=lambda e: (e.start_s, e.device, e.stream))
+    static = compiled.static
+    memory = _levels(compiled.programs, mem, static)
+    host_memory = _levels(compiled.programs, host_mem, [0] * len(static))
+    return Trace(events=tuple(events), memory=memory, static_bytes=tuple(static),
+                 host_memory=host_memory)
 
-        def run_program(device: int, stream: str, steps):
-            for (token, kind, stage, chunk, waits, dur, (alloc, host_alloc), (free, host_free), coll,
-                 finished, started) in steps:
-                for event in waits:
-                    if not event.processed:
-                        yield event
-                if coll is not None:
-                    yield arrive(coll, len(coll[1]))
-                start = env.now
-                if started is not None:
-                    started.succeed()
-                if alloc:
-                    level[device] += alloc
-                    memory.append((start, device, level[device]))
-                if host_alloc:
-                    host[device] += host_alloc
-                    host_memory.append((start, device, host[device]))
-                if dur > 0:
-                    yield env.timeout(dur)
-                if free:
-                    level[device] -= free
-                    memory.append((env.now, device, level[device]))
-                if host_free:
-                    host[device] -= host_free
-                    host_memory.append((env.now, device, host[device]))
-                events.append(Event(device, stream, token, kind, stage, chunk, start, env.now))
-                if finished is not None:
-                    finished.succeed()
 
-        for program in plan.programs:
-            if program.ops:
-                steps = [step(op) for op in program.ops]
-                env.process(run_program(program.device, program.stream, steps))
-        env.run()
-        expected = sum(len(p.ops) for p in plan.programs)
-        if len(events) != expected:
-            ran = {(e.device, e.token) for e in events}
-            stuck = next(op.key for op in plan.ops() if (op.device, op.token) not in ran)
-            raise PlanError(f"{plan.strategy}: {expected - len(events)} ops never ran (deadlock), "
-                            f"first {stuck}\n{plan.grid(mark=stuck)}")
-        events.sort(key=lambda e: (e.start_s, e.device, e.stream))
-        return Trace(events=tuple(events), memory=tuple(memory), static_bytes=tuple(static),
-                     host_memory=tuple(host_memory))
+def _release_first(change: tuple[float, int]) -> tuple[float, bool]:
+    """Across a device's streams, changes at one time apply releases first (as an op's free
+    precedes the next op's alloc within a stream); a stream's own changes keep their order."""
+    return change[0], change[1] > 0
+
+
+def _levels(programs, deltas: list[list], base: list[int]) -> tuple[tuple[float, int, int], ...]:
+    per_device: dict[int, list[list]] = {}
+    for (device, _, _, _), changes in zip(programs, deltas):
+        if changes:
+            per_device.setdefault(device, []).append(changes)
+    out = []
+    for device in sorted(per_device):
+        level = base[device]
+        streams = per_device[device]
+        for time_s, delta in (streams[0] if len(streams) == 1
+                              else merge(*streams, key=_release_first)):
+            level += delta
+            out.append((time_s, device, level))
+    out.sort(key=lambda sample: sample[0])  # stable: a device's samples keep their order
+    return tuple(out)
