@@ -332,7 +332,8 @@ def _load_profile(scenario: Any) -> None:
     if not scenario.cluster.device.is_unit:
         from ltsim.profiles import load_profile
 
-        load_profile(scenario.cluster.profile_dir)
+        cluster = scenario.cluster  # the cost model's own key: loaded once, not twice
+        load_profile(cluster.profile_dir, attention_kernel=cluster.attention_kernel or None)
 
 
 class _sigterm_as_interrupt:

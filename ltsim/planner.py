@@ -156,14 +156,42 @@ def _evaluate_all(kind: str, arg: int | str, scenario: Scenario, todo: list[dict
         for p in todo:
             yield p, evaluate_point(scenario.raw, scenario.source, p)
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
-                               initargs=(os.getpid(),))
+    _warm(scenario)  # workers fork from here with the profile and the modules loaded
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context(),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    # a few points per task: each task costs a round trip, a point only ~10 ms
+    size = max(1, min(8, len(todo) // (4 * workers)))
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     try:
-        futures = [pool.submit(evaluate_point, scenario.raw, scenario.source, p) for p in todo]
-        for p, future in zip(todo, futures):
-            yield p, future.result()
+        futures = [pool.submit(_evaluate_batch, scenario.raw, scenario.source, b) for b in batches]
+        for batch, future in zip(batches, futures):
+            yield from zip(batch, future.result())
     finally:  # also on Ctrl-C / SIGTERM: queued points are dropped, running workers stopped
         _stop(pool)
+
+
+def _evaluate_batch(raw: dict[str, Any], source: str, batch: list[dict[str, Any]]) -> list[dict]:
+    return [evaluate_point(raw, source, p) for p in batch]
+
+
+def _warm(scenario: Scenario) -> None:
+    """Load what every point needs (the simulator's modules, the profile tables) once, in the
+    parent, so that forked workers start with it."""
+    from ltsim.runner import make_cost_model
+
+    try:
+        make_cost_model(scenario)
+    except LtsimError:
+        pass  # the points report it
+
+
+def _fork_context():
+    """fork where the platform has it (workers inherit the warmed parent); else the default."""
+    import multiprocessing
+
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return None
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -49,7 +49,7 @@ class ComputeCosts:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile) -> None:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.e = dtype_bytes(model.dtype)
-        self._elementwise = _elementwise_curves(profile.path)
+        self._elementwise = _elementwise_curves(str(profile.path))
         self._floor, _, borrowed = eager_costs(str(profile.path), model)
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
@@ -164,7 +164,8 @@ class ComputeCosts:
         return (2.0 if backward else 1.0) * gemm + logits
 
 
-def _elementwise_curves(directory) -> dict[tuple[str, int, str], tuple]:
+@lru_cache(maxsize=16)  # per profile, as load_profile caches the profile (a sweep builds many models)
+def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
     """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
     profile has one."""
     try:

@@ -48,6 +48,7 @@ class TableCostModel:
         self._compute = ComputeCosts(model, cluster, self.profile)
         _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
+        self._flops: dict[tuple[int, int], float] = {}  # (tokens, context) -> model_flops term
 
     def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
         return self._compute.time_s(kind, work, part, keep)
@@ -75,8 +76,15 @@ class TableCostModel:
 
     def model_flops(self, chunk: Chunk) -> float:
         """Training FLOPs of the chunk on the whole model, counted once per TP x CP group."""
-        return sum(training_flops(self.model, q_tokens=s.num_tokens, context_tokens=s.start)
-                   for s in chunk.slices)
+        flops = self._flops
+        total = 0.0
+        for s in chunk.slices:
+            key = (s.stop - s.start, s.start)
+            value = flops.get(key)
+            if value is None:
+                value = flops[key] = training_flops(self.model, q_tokens=key[0], context_tokens=s.start)
+            total += value
+        return total
 
     def warnings(self) -> list[str]:
         return self.profile.warnings()
