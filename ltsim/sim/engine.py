@@ -14,8 +14,8 @@ process then walks its ops keeping its own clock: an op starts at the latest of 
 clock and its dependencies' (known) end times, so a process yields to SimPy only when it needs
 an op whose times are not known yet (another stream has not reached it), or a collective
 partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
-time. Identical DP replicas (same programs up to device and chunk numbering) are replayed once
-(ltsim/sim/replicas.py) and their events copied. Deterministic: times are maxima and sums of
+time. Identical DP replicas (equal compiled programs) are replayed once and their times copied
+(ltsim/sim/replicas.py). Deterministic: times are maxima and sums of
 priced durations, independent of the order SimPy wakes processes in.
 """
 
@@ -181,9 +181,12 @@ class Engine:
                 gc.enable()
 
 
-def replay(compiled: Compiled) -> tuple[list[float], list[float], list[list], list[list]]:
+def replay(compiled: Compiled, *, only: set[int] | None = None,
+           barrier_sizes: dict | None = None) -> tuple[list, list, list[list], list[list]]:
     """Run the compiled plan in SimPy. Returns per op its start and end time (None where it never
-    ran) and, per program, its device and host memory deltas as (time, delta) in program order."""
+    ran) and, per program, its device and host memory deltas as (time, delta) in program order.
+    ``only``: the programs to run (the others are identical replicas, ltsim/sim/replicas.py);
+    ``barrier_sizes``: how many members each collective then waits for."""
     env = simpy.Environment()
     steps = compiled.steps
     n = len(steps)
@@ -194,6 +197,7 @@ def replay(compiled: Compiled) -> tuple[list[float], list[float], list[list], li
     barriers: dict[tuple, _Barrier] = {}
     mem: list[list] = [[] for _ in compiled.programs]
     host_mem: list[list] = [[] for _ in compiled.programs]
+    sizes = barrier_sizes or {}
 
     def wait(table: dict, op_id: int) -> _At:
         event = table.get(op_id)
@@ -222,7 +226,8 @@ def replay(compiled: Compiled) -> tuple[list[float], list[float], list[list], li
             if coll is not None:
                 barrier = barriers.get(coll)
                 if barrier is None:
-                    barrier = barriers[coll] = _Barrier(env, len(coll[1]))
+                    size = sizes.get(coll, 0) or len(coll[1])
+                    barrier = barriers[coll] = _Barrier(env, size)
                 barrier.remaining -= 1
                 if clock > barrier.time_s:
                     barrier.time_s = clock
@@ -251,7 +256,7 @@ def replay(compiled: Compiled) -> tuple[list[float], list[float], list[list], li
             clock = end
 
     for p, (_, _, first, stop) in enumerate(compiled.programs):
-        if stop > first:
+        if stop > first and (only is None or p in only):
             env.process(run_program(first, stop, mem[p], host_mem[p]))
     env.run()
     return start, finish, mem, host_mem

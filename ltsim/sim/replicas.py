@@ -1,14 +1,95 @@
-"""Identical DP replicas replayed once (placeholder, filled in below)."""
+"""Identical DP replicas replayed once (issue 13).
+
+Two DP replicas are identical when their programs, compiled (ltsim.sim.engine.compile_plan), are
+equal step for step: the same durations and memory deltas, dependencies on the same positions
+within the replica, collectives over the same members. Replicas meet only in collectives (the DP
+gradient reduction, ZeRO gathers), and a collective starts at its members' latest arrival, so
+identical replicas keep identical timelines: the engine replays one replica of each class, the
+collectives counting only the members it replays, and copies its times and memory changes to the
+others. A plan with a dependency across replicas is replayed whole.
+"""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from ltsim.costs import CostModel
 from ltsim.plan import Plan
 from ltsim.trace import Trace
 
 
-def replay_deduplicated(plan: Plan, cost: CostModel, replay) -> Trace:
+def replay_deduplicated(plan: Plan, cost: CostModel, replay: Callable) -> Trace:
+    """Compile, replay the distinct replicas, copy to the identical ones, and build the Trace."""
     from ltsim.sim.engine import build_trace, compile_plan
 
     compiled = compile_plan(plan, cost)
-    return build_trace(compiled, *replay(compiled))
+    classes = replica_classes(plan, compiled)
+    if classes is None:
+        return build_trace(compiled, *replay(compiled))
+    replayed = {p for members in classes for p in members[0]}
+    devices = {compiled.programs[p][0] for p in replayed}
+    sizes = {}
+    for p in replayed:
+        _, _, first, stop = compiled.programs[p]
+        for i in range(first, stop):
+            coll = compiled.steps[i][7]
+            if coll is not None and coll not in sizes:
+                sizes[coll] = sum(1 for d in coll[1] if d in devices)
+    start, finish, mem, host_mem = replay(compiled, only=replayed, barrier_sizes=sizes)
+    for members in classes:
+        source = members[0]
+        for copy in members[1:]:
+            for p, q in zip(source, copy):
+                first, stop = compiled.programs[p][2:]
+                offset = compiled.programs[q][2] - first
+                start[first + offset:stop + offset] = start[first:stop]
+                finish[first + offset:stop + offset] = finish[first:stop]
+                mem[q], host_mem[q] = mem[p], host_mem[p]
+    return build_trace(compiled, start, finish, mem, host_mem)
+
+
+def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
+    """Replicas grouped by identity: per class, per replica, its program indices (in plan order).
+    None when there is nothing to share (one replica, all distinct) or a dependency crosses
+    replicas."""
+    replica_of = [d.replica for d in plan.devices]
+    programs: dict[int, list[int]] = {}
+    for p, (device, _, _, _) in enumerate(compiled.programs):
+        programs.setdefault(replica_of[device], []).append(p)
+    if len(programs) < 2:
+        return None
+    position = {}  # op id -> (program position within its replica, offset in the program)
+    owner = {}  # op id -> replica
+    for replica, mine in programs.items():
+        for k, p in enumerate(mine):
+            _, _, first, stop = compiled.programs[p]
+            for i in range(first, stop):
+                position[i] = (k, i - first)
+                owner[i] = replica
+    device_position = {}
+    for replica, mine in programs.items():
+        for k, p in enumerate(mine):
+            device_position.setdefault(compiled.programs[p][0], (replica, k))
+    classes: dict[tuple, list[list[int]]] = {}
+    steps = compiled.steps
+    for replica, mine in programs.items():
+        signature = []
+        for p in mine:
+            device, stream, first, stop = compiled.programs[p]
+            signature.append(stream)
+            for i in range(first, stop):
+                dur, alloc, host_alloc, free, host_free, deps, start_deps, coll = steps[i]
+                for d in deps + start_deps:
+                    if owner[d] != replica:
+                        return None  # replicas interact beyond collectives: replay them all
+                members = None
+                if coll is not None:  # who it waits for: its own replica's members, by position
+                    members = (len(coll[1]), tuple(sorted(
+                        device_position[d][1] for d in coll[1] if device_position[d][0] == replica)))
+                signature.append((dur, alloc, host_alloc, free, host_free,
+                                  tuple(position[d] for d in deps),
+                                  tuple(position[d] for d in start_deps), members))
+        classes.setdefault(tuple(signature), []).append(mine)
+    if len(classes) == len(programs):
+        return None
+    return list(classes.values())

@@ -1,0 +1,81 @@
+"""The engine's replay against two references, on every strategy and random batches (issue 13):
+
+- a plain list-scheduling recurrence over the same compiled plan (validation/perf/recurrence.py,
+  the benchmark's reference): the same start and end for every op;
+- the replay of every DP replica (identical replicas not shared): the same trace, memory
+  included, when replicas are identical and the engine replays one per class.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ltsim.costs import UnitCostModel
+from ltsim.sim import engine, replicas
+from ltsim.strategies import REGISTRY
+from tests.conftest import unit_ctx
+from tests.property.test_conformance import NO_PIPELINE, SMALL_OPTIONS
+
+_PATH = Path(__file__).resolve().parents[2] / "validation" / "perf" / "recurrence.py"
+_SPEC = importlib.util.spec_from_file_location("recurrence", _PATH)
+recurrence = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(recurrence)
+
+
+def _plan(name, options, pp, dp, cp, lengths, recompute):
+    strategy = REGISTRY[name]
+    if name in NO_PIPELINE:
+        ctx = unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
+    else:
+        ctx = unit_ctx(pp=pp, dp=dp, recompute=recompute)
+    return strategy.plan(tuple(lengths), ctx, strategy.parse(options))
+
+
+def _cases():
+    for name in sorted(REGISTRY):
+        yield pytest.param(name, SMALL_OPTIONS.get(name, [{}])[0], id=name)
+
+
+@pytest.mark.parametrize("name,options", list(_cases()))
+@settings(max_examples=15, deadline=None)
+@given(pp=st.integers(1, 4), dp=st.integers(1, 3), cp=st.sampled_from([1, 2]),
+       lengths=st.lists(st.integers(1, 200), min_size=2, max_size=12),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_replay_times_every_op_as_the_plain_recurrence(name, options, pp, dp, cp, lengths,
+                                                       recompute):
+    compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, recompute),
+                                   UnitCostModel())
+    start, finish, _, _ = engine.replay(compiled)
+    recurrence.check(compiled, start, finish)
+
+
+@pytest.mark.parametrize("name,options", list(_cases()))
+@settings(max_examples=15, deadline=None)
+@given(pp=st.integers(1, 4), dp=st.integers(2, 4), cp=st.sampled_from([1, 2]),
+       base=st.lists(st.integers(1, 200), min_size=1, max_size=4), copies=st.integers(2, 6),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_identical_replicas_replayed_once_give_the_full_trace(name, options, pp, dp, cp, base,
+                                                              copies, recompute):
+    plan = _plan(name, options, pp, dp, cp, base * copies, recompute)
+    cost = UnitCostModel()
+    compiled = engine.compile_plan(plan, cost)
+    full = engine.build_trace(compiled, *engine.replay(compiled))
+    shared = engine.Engine(cost).run(plan)
+    assert shared.events == full.events
+    assert shared.memory == full.memory and shared.host_memory == full.host_memory
+
+
+def test_equal_replicas_are_found_and_replayed_once():
+    """Megatron, dp 4 over 8 equal sequences: one class of four replicas, one replayed."""
+    plan = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective")
+    compiled = engine.compile_plan(plan, UnitCostModel())
+    classes = replicas.replica_classes(plan, compiled)
+    assert classes is not None and len(classes) == 1 and len(classes[0]) == 4
+    distinct = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 7 + [65], "selective")
+    classes = replicas.replica_classes(distinct, engine.compile_plan(distinct, UnitCostModel()))
+    assert classes is not None and sorted(len(c) for c in classes) == [1, 3]
