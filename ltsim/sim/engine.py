@@ -274,10 +274,11 @@ def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
                         f"first {stuck}\n{plan.grid(mark=stuck)}")
     events = []
     append = events.append
+    kind_text = {k: k.value for k in OpKind}  # Enum.value is a descriptor call
     for device, stream, first, stop in compiled.programs:
         for i in range(first, stop):
             key = ops[i].key
-            append(Event(device, stream, key.token, key.kind.value, key.stage, key.chunk,
+            append(Event(device, stream, key.token, kind_text[key.kind], key.stage, key.chunk,
                          start[i], finish[i]))
     events.sort(key=lambda e: (e.start_s, e.device, e.stream))
     static = compiled.static

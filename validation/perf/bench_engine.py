@@ -1,26 +1,44 @@
-"""Simulator speed benchmarks (DESIGN.md section 8). Not a test: prints a markdown table.
+"""Simulator speed benchmarks (DESIGN.md section 8, issue 13). Not a test: prints markdown tables.
 
-    python validation/perf/bench_engine.py            # all cases
-    python validation/perf/bench_engine.py --quick    # fewer repeats
+    python validation/perf/bench_engine.py            # all cases, best of 7
+    python validation/perf/bench_engine.py --quick    # best of 3
+    python validation/perf/bench_engine.py --only engine|scale|sweep
 
-Cases: Megatron 1F1B on the unit preset with 64 and 256 equal micro-batches at PP=8 (plan build
-and engine replay timed separately, best of N), and a ChunkFlow plan of a 256-sequence batch.
+Runs against whatever ltsim this checkout holds (``sys.path`` puts it first), so the same script
+times an older commit from a worktree: phases the older engine lacks (compile, replay alone, the
+recurrence) print as "-".
+
+- engine: 256 equal micro-batches at pp 8 (Megatron 1F1B) and a 256-sequence ChunkFlow batch,
+  unit preset: plan build, engine (compile + replay + trace), metrics; and, where the engine
+  exposes them, the replay alone and the plain recurrence over the same compiled plan
+  (validation/perf/recurrence.py; it must time every op identically).
+- scale: Megatron with 256 equal micro-batches per replica at dp 1 and dp 32 (identical
+  replicas); Megatron and ChunkFlow on 1024 GPUs (tp 4 x pp 8 x dp 32) with 4096 sequences of
+  the quickstart's distribution, one batch (scenario load to Result).
+- sweep: the quickstart's 4 x 4 ChunkSize x K grid from the command line with ``local`` and
+  ``local:2`` (plans per minute, start-up included), and a 200-point grid both ways.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
 from ltsim.costs import UnitCostModel  # noqa: E402
 from ltsim.model import get_model  # noqa: E402
 from ltsim.parallel import ParallelConfig  # noqa: E402
+from ltsim.sim import engine as engine_module  # noqa: E402
 from ltsim.sim.engine import Engine  # noqa: E402
+from ltsim.sim.metrics import batch_metrics  # noqa: E402
 from ltsim.strategies import get_strategy  # noqa: E402
 from ltsim.strategies.base import PlanContext  # noqa: E402
 
@@ -34,69 +52,123 @@ def _time(fn, repeats: int) -> tuple[float, object]:
     return min(times), out
 
 
-def case(name: str, strategy: str, batch: tuple[int, ...], pp: int, options: dict, repeats: int):
+def _recurrence():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recurrence", Path(__file__).with_name("recurrence.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def case(strategy: str, batch: tuple[int, ...], pp: int, dp: int, options: dict, repeats: int) -> dict:
     cost = UnitCostModel()
-    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=pp), cost=cost)
+    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=pp, dp=dp), cost=cost)
     strat = get_strategy(strategy)
     opts = strat.parse(options)
-    plan_s, plan = _time(lambda: strat.plan(batch, ctx, opts), repeats)
-    sim_s, trace = _time(lambda: Engine(cost).run(plan), repeats)
-    num_ops = sum(len(p.ops) for p in plan.programs)
-    return name, num_ops, plan_s, sim_s
+    row = {"ops": 0}
+    row["build"], plan = _time(lambda: strat.plan(batch, ctx, opts), repeats)
+    row["ops"] = sum(len(p.ops) for p in plan.programs)
+    row["engine"], trace = _time(lambda: Engine(cost).run(plan), repeats)
+    row["metrics"], _ = _time(lambda: batch_metrics(plan, trace, 0.0), repeats)
+    row["total"] = row["build"] + row["engine"] + row["metrics"]
+    if hasattr(engine_module, "compile_plan"):
+        compiled = engine_module.compile_plan(plan, cost)
+        row["compile"], _ = _time(lambda: engine_module.compile_plan(plan, cost), repeats)
+        row["replay"], (start, finish, _, _) = _time(lambda: engine_module.replay(compiled), repeats)
+        reference = _recurrence()
+        row["recurrence"], _ = _time(lambda: reference.recurrence(compiled), repeats)
+        reference.check(compiled, start, finish)  # identical start and end of every op
+    return row
 
 
-def sweep_rate(points: int = 64) -> tuple[int, float]:
-    """Plans per minute of a ChunkSize x K sweep (quickstart scenario, one batch per plan, 2 workers)."""
-    from ltsim.planner import expand_grid, run_sweep
-    from ltsim.scenario import load_scenario
-
-    root = Path(__file__).resolve().parents[2]
-    scenario = load_scenario(root / "scenarios" / "quickstart.toml", ["workload.num_batches=1"])
-    grid = expand_grid(["strategy.chunk_size=1024,2048,3072,4096,6144,8192,12288,16384",
-                        "strategy.k=1,2,3,4,6,8,12,16"])[:points]
-    start = time.perf_counter()
-    run_sweep(scenario, grid, executor="local:2")
-    return len(grid), 60 * len(grid) / (time.perf_counter() - start)
+def _ms(row: dict, key: str) -> str:
+    return f"{row[key] * 1e3:.1f}" if key in row else "-"
 
 
-def big_cluster(repeats: int) -> tuple[str, float]:
-    """One global batch on 1024 GPUs: Qwen2.5-72B, tp 8, pp 8, dp 16, 1024 sequences."""
+def engine_cases(repeats: int) -> None:
+    rng = random.Random(0)
+    mixed = tuple(rng.choice([512, 1024, 2048, 4096, 32768]) for _ in range(256))
+    rows = [("megatron-1f1b, 256 equal micro-batches, pp=8",
+             case("megatron-1f1b", (1,) * 256, 8, 1, {}, repeats)),
+            ("chunkflow 8K/K=2, 256 mixed sequences, pp=8",
+             case("chunkflow", mixed, 8, 1, {"chunk_size": 8192, "k": 2}, repeats))]
+    print("| case | ops | build | engine | metrics | total | of which compile | replay | "
+          "recurrence | replay / recurrence |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, row in rows:
+        ratio = f"{row['replay'] / row['recurrence']:.1f}x" if "replay" in row else "-"
+        print(f"| {name} | {row['ops']} | {_ms(row, 'build')} | {_ms(row, 'engine')} | "
+              f"{_ms(row, 'metrics')} | {_ms(row, 'total')} | {_ms(row, 'compile')} | "
+              f"{_ms(row, 'replay')} | {_ms(row, 'recurrence')} | {ratio} |")
+
+
+def _simulate(path: Path, sets: list[str], repeats: int) -> float:
     from ltsim.runner import simulate
     from ltsim.scenario import load_scenario
 
-    root = Path(__file__).resolve().parents[2]
-    sets = ["hardware.num_nodes=128", "model.preset=\"qwen2.5-72b\"", "parallel.tp=8",
-            "parallel.pp=8", "workload.global_batch_size=1024", "workload.num_batches=1"]
-    scenario = load_scenario(root / "scenarios" / "quickstart.toml", sets)
-    best, _ = _time(lambda: simulate(scenario), repeats)
-    return f"{scenario.parallel.world_size} GPUs (dp {scenario.parallel.dp})", best
+    best, _ = _time(lambda: simulate(load_scenario(path, sets)), repeats)
+    return best
+
+
+def scale_cases(repeats: int) -> None:
+    print("| case | ops | build (s) | engine (s) | total (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for dp in (1, 32):
+        row = case("megatron-1f1b", (1,) * (256 * dp), 8, dp, {}, 1 if dp > 1 else repeats)
+        print(f"| megatron-1f1b, 256 equal micro-batches per replica, pp 8, dp {dp} | {row['ops']} | "
+              f"{row['build']:.3f} | {row['engine']:.3f} | {row['total']:.3f} |")
+    sets = ["hardware.num_nodes=128", "parallel.tp=4", "parallel.pp=8",
+            "workload.global_batch_size=4096", "workload.num_batches=1"]
+    quickstart = ROOT / "scenarios" / "quickstart.toml"
+    with tempfile.TemporaryDirectory() as tmp:
+        megatron = Path(tmp) / "megatron.toml"
+        text = quickstart.read_text().replace('name = "chunkflow"', 'name = "megatron-1f1b"')
+        megatron.write_text("\n".join(line for line in text.splitlines()
+                                      if not line.startswith(("chunk_size", "k = "))))
+        for name, path in (("megatron-1f1b", megatron), ("chunkflow 8K/K=2", quickstart)):
+            seconds = _simulate(path, sets, min(repeats, 2))
+            print(f"| {name}, 1024 GPUs (tp 4, pp 8, dp 32), 4096 quickstart sequences, scenario "
+                  f"to Result | - | - | - | {seconds:.2f} |")
+
+
+def _sweep_seconds(grid: list[str], executor: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "ltsim", "sweep", str(ROOT / "scenarios" / "quickstart.toml"),
+                   "--executor", executor, "--db", str(Path(tmp) / "sweep.db")]
+        for spec in grid:
+            command += ["--grid", spec]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
+        return time.perf_counter() - start
+
+
+def sweep_cases(repeats: int) -> None:
+    small = ["strategy.chunk_size=2048,4096,8192,16384", "strategy.k=1,2,4,8"]
+    large = ["strategy.chunk_size=" + ",".join(str(1024 * i) for i in range(1, 26)),
+             "strategy.k=1,2,3,4,5,6,7,8"]
+    print("| sweep (command line, start-up included) | points | local | local:2 |")
+    print("|---|---:|---:|---:|")
+    for name, grid, points in (("4 x 4 ChunkSize x K", small, 16), ("25 x 8 ChunkSize x K", large, 200)):
+        cells = []
+        for executor in ("local", "local:2"):
+            best = min(_sweep_seconds(grid, executor) for _ in range(min(repeats, 3)))
+            cells.append(f"{best:.2f} s ({60 * points / best:,.0f} plans/min)")
+        print(f"| {name} | {points} | {cells[0]} | {cells[1]} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    repeats = 3 if parser.parse_args().quick else 7
-    import random
-
-    rng = random.Random(0)
-    mixed = tuple(rng.choice([512, 1024, 2048, 4096, 32768]) for _ in range(256))
-    rows = [
-        case("megatron-1f1b, 64 equal micro-batches, pp=8", "megatron-1f1b", (1,) * 64, 8, {}, repeats),
-        case("megatron-1f1b, 256 equal micro-batches, pp=8", "megatron-1f1b", (1,) * 256, 8, {}, repeats),
-        case("chunkflow 8K/K=2, 256 mixed sequences, pp=8", "chunkflow", mixed, 8,
-             {"chunk_size": 8192, "k": 2}, repeats),
-    ]
-    print(f"python {platform.python_version()}, {platform.machine()}, best of {repeats}\n")
-    print("| case | ops | plan build (ms) | engine (ms) | total (ms) |")
-    print("|---|---:|---:|---:|---:|")
-    for name, ops, plan_s, sim_s in rows:
-        print(f"| {name} | {ops} | {plan_s * 1e3:.1f} | {sim_s * 1e3:.1f} | {(plan_s + sim_s) * 1e3:.1f} |")
-    points, rate = sweep_rate()
-    print(f"\nChunkSize x K sweep, quickstart scenario, 1 batch per plan, local:2: {points} plans, "
-          f"{rate:.0f} plans per minute")
-    label, seconds = big_cluster(min(repeats, 3))
-    print(f"One global batch of 1024 sequences on {label}, chunkflow 8K/K=2: {seconds:.2f} s "
-          "(scenario load, sampling, plan, replay)")
+    parser.add_argument("--only", choices=("engine", "scale", "sweep"))
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 7
+    print(f"python {platform.python_version()}, {platform.machine()}, best of {repeats}; ms unless "
+          "marked\n")
+    for name, run in (("engine", engine_cases), ("scale", scale_cases), ("sweep", sweep_cases)):
+        if args.only in (None, name):
+            run(repeats)
+            print()
 
 
 if __name__ == "__main__":
