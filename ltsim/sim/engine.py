@@ -30,6 +30,7 @@ import simpy
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.plan import Op, OpKind, Plan
+from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import Event, Trace
 
 
@@ -173,9 +174,15 @@ class Engine:
         paused = gc.isenabled()
         gc.disable()
         try:
-            from ltsim.sim.replicas import replay_deduplicated
-
-            return replay_deduplicated(plan, self.cost, replay)
+            compiled = compile_plan(plan, self.cost)
+            classes = replica_classes(plan, compiled)
+            if classes is None:
+                return build_trace(compiled, *replay(compiled))
+            only = {p for members in classes for p in members[0]}  # one replica per class
+            start, finish, mem, host_mem = replay(compiled, only=only,
+                                                  barrier_sizes=barrier_sizes(compiled, only))
+            copy_replicas(compiled, classes, start, finish, mem, host_mem)
+            return build_trace(compiled, start, finish, mem, host_mem)
         finally:
             if paused:
                 gc.enable()

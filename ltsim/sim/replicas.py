@@ -11,41 +11,7 @@ others. A plan with a dependency across replicas is replayed whole.
 
 from __future__ import annotations
 
-from typing import Callable
-
-from ltsim.costs import CostModel
 from ltsim.plan import Plan
-from ltsim.trace import Trace
-
-
-def replay_deduplicated(plan: Plan, cost: CostModel, replay: Callable) -> Trace:
-    """Compile, replay the distinct replicas, copy to the identical ones, and build the Trace."""
-    from ltsim.sim.engine import build_trace, compile_plan
-
-    compiled = compile_plan(plan, cost)
-    classes = replica_classes(plan, compiled)
-    if classes is None:
-        return build_trace(compiled, *replay(compiled))
-    replayed = {p for members in classes for p in members[0]}
-    devices = {compiled.programs[p][0] for p in replayed}
-    sizes = {}
-    for p in replayed:
-        _, _, first, stop = compiled.programs[p]
-        for i in range(first, stop):
-            coll = compiled.steps[i][7]
-            if coll is not None and coll not in sizes:
-                sizes[coll] = sum(1 for d in coll[1] if d in devices)
-    start, finish, mem, host_mem = replay(compiled, only=replayed, barrier_sizes=sizes)
-    for members in classes:
-        source = members[0]
-        for copy in members[1:]:
-            for p, q in zip(source, copy):
-                first, stop = compiled.programs[p][2:]
-                offset = compiled.programs[q][2] - first
-                start[first + offset:stop + offset] = start[first:stop]
-                finish[first + offset:stop + offset] = finish[first:stop]
-                mem[q], host_mem[q] = mem[p], host_mem[p]
-    return build_trace(compiled, start, finish, mem, host_mem)
 
 
 def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
@@ -93,3 +59,29 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
     if len(classes) == len(programs):
         return None
     return list(classes.values())
+
+
+def barrier_sizes(compiled, replayed: set[int]) -> dict:
+    """How many members each collective of the replayed programs waits for: those replayed."""
+    devices = {compiled.programs[p][0] for p in replayed}
+    sizes = {}
+    for p in replayed:
+        _, _, first, stop = compiled.programs[p]
+        for i in range(first, stop):
+            coll = compiled.steps[i][7]
+            if coll is not None and coll not in sizes:
+                sizes[coll] = sum(1 for d in coll[1] if d in devices)
+    return sizes
+
+
+def copy_replicas(compiled, classes, start: list, finish: list, mem: list, host_mem: list) -> None:
+    """Give every replica of a class its first replica's op times and memory changes (in place)."""
+    for members in classes:
+        source = members[0]
+        for copy in members[1:]:
+            for p, q in zip(source, copy):
+                first, stop = compiled.programs[p][2:]
+                offset = compiled.programs[q][2] - first
+                start[first + offset:stop + offset] = start[first:stop]
+                finish[first + offset:stop + offset] = finish[first:stop]
+                mem[q], host_mem[q] = mem[p], host_mem[p]
