@@ -229,7 +229,9 @@ class Plan:
     """All programs of one global batch, plus the chunks, the devices and the strategy's choices.
 
     ``grad_chunks``: the chunks that get a backward (None: all of them; SpaCO back-propagates a
-    sampled subset).
+    sampled subset). ``grad_scales``: (chunk, loss scale, K/V-gradient scale) for chunks whose
+    gradients are rescaled (SpaCO's compensation): the chunk's loss is multiplied by the first, and
+    the dK/dV it received from later chunks by the second before it back-propagates them.
     """
 
     strategy: str
@@ -239,6 +241,7 @@ class Plan:
     programs: tuple[Program, ...]
     devices: tuple[Device, ...]
     grad_chunks: frozenset[int] | None = None
+    grad_scales: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def num_devices(self) -> int:

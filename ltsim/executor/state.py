@@ -100,6 +100,16 @@ class StateStore:
     def produced(self, producer: int) -> list[KVEntry]:
         return list(self._produced.get(producer, ()))
 
+    def forget(self, chunk: int) -> None:
+        """A chunk that gets no backward (SpaCO): earlier chunks stop waiting for it."""
+        for entry in self._consumed.pop(chunk, ()):
+            entry.pending.discard(chunk)
+
+    def release(self, producer: int) -> None:
+        """Drop the entries of a chunk that gets no backward (its K/V and their gradients)."""
+        for entry in self._produced.pop(producer, ()):
+            self._entries[(entry.seq, entry.layer)].remove(entry)
+
     def finish(self, chunk: int) -> None:
         """After chunk's backward: it no longer waits on earlier entries; its own are released."""
         for entry in self._consumed.pop(chunk, ()):
@@ -206,11 +216,14 @@ def recompute_chunk(model: Transformer, handle: ChunkHandle, store: StateStore) 
 
 
 def backward_chunk(handle: ChunkHandle, store: StateStore,
-                   output_grad: torch.Tensor | None = None) -> torch.Tensor | None:
+                   output_grad: torch.Tensor | None = None, *, loss_scale: float = 1.0,
+                   kv_scale: float = 1.0) -> torch.Tensor | None:
     """Backward of a chunk with a graph; returns d(input hidden) on stages > 0, else None.
 
-    Accumulates parameter grads and dK/dV of earlier chunks' entries. Raises PlanError when the
-    chunk has no graph or a later chunk that read its K/V has not run backward yet.
+    Accumulates parameter grads and dK/dV of earlier chunks' entries. ``loss_scale`` multiplies the
+    chunk's loss (last stage), ``kv_scale`` the dK/dV its own K/V received from later chunks
+    (SpaCO's compensation, Plan.grad_scales). Raises PlanError when the chunk has no graph or a
+    later chunk that read its K/V has not run backward yet.
     """
     if not handle.has_graph:
         raise PlanError(f"chunk {handle.chunk_id} has no graph (discarded or already backwarded); "
@@ -222,12 +235,14 @@ def backward_chunk(handle: ChunkHandle, store: StateStore,
     if output_grad is None and handle._root.dim() > 0:
         raise ConfigError("output_grad", "the next stage's input grad", None,
                           "a stage without the LM head needs the grad of its output")
+    if output_grad is None and loss_scale != 1.0:
+        output_grad = torch.full_like(handle._root, loss_scale)
     roots, grads = [handle._root], [output_grad]
     for entry, k, v in handle._kv:
         for out, leaf in ((k, entry.k), (v, entry.v)):
             if leaf.grad is not None:
                 roots.append(out)
-                grads.append(leaf.grad)
+                grads.append(leaf.grad if kv_scale == 1.0 else leaf.grad * kv_scale)
     torch.autograd.backward(roots, grads)
     store.finish(handle.chunk_id)
     if handle._input_leaf is not None:
@@ -275,3 +290,21 @@ def run_seco_group(model: Transformer, batches: Sequence[PackedBatch],
     """SeCO (seeds/seco-spaco.md 4.1): forward every chunk keeping only K/V, then last to first
     re-forward each chunk and run its backward with the dK/dV gathered from later chunks."""
     return run_group(model, batches, 0, store)
+
+
+def run_spaco_group(model: Transformer, batches: Sequence[PackedBatch], selected: set[int], *,
+                    loss_scale: float = 1.0, kv_scale: float = 1.0,
+                    store: StateStore | None = None) -> float:
+    """SpaCO (seeds/seco-spaco.md Alg. 2) on one sequence's chunks: forward all keeping only K/V,
+    then re-forward and back-propagate the chunks whose positions are in ``selected``, last first,
+    each with its loss times ``loss_scale`` and the dK/dV it received times ``kv_scale``. Returns
+    the summed (unscaled) loss. Single stage."""
+    store = StateStore() if store is None else store
+    handles = [forward_chunk(model, batch, store, keep_graph=False) for batch in batches]
+    for i, handle in enumerate(handles):
+        if i not in selected:
+            store.forget(handle.chunk_id)
+    for i in sorted(selected, reverse=True):
+        recompute_chunk(model, handles[i], store)
+        backward_chunk(handles[i], store, loss_scale=loss_scale, kv_scale=kv_scale)
+    return sum(handle.loss for handle in handles)

@@ -173,6 +173,7 @@ class DeviceRun:
         chunks = {c.index: c for c in plan.chunks}
         self.batches = {op.chunk: pack_chunk(chunks[op.chunk].slices, tokens).to(self.device)
                         for op in self.compute if op.chunk >= 0}
+        self.scales = {c: (loss, relay) for c, loss, relay in plan.grad_scales}
         self.tracker = None if self.is_cuda else MemoryTracker()
         self.clock = _CudaClock() if self.is_cuda else _CpuClock()
 
@@ -263,6 +264,9 @@ class DeviceRun:
             self.optimizer.step()
         else:
             raise PlanError(f"the executor cannot run {op.kind.value} ops ({op.key})")
+        for buf in op.frees:  # K/V of chunks that got no backward (SpaCO), released by this op
+            if buf.kind == "kv" and buf.work.chunk != op.chunk:
+                it.store.release(buf.work.chunk)
         end = self.clock.mark()
         it.done.add(op.key)
         it.events.append((op, start, end))
@@ -277,11 +281,17 @@ class DeviceRun:
         else:  # the next stage owns it now; kept only until its send completes
             it.outbox[(OpKind.F, op.chunk)] = handle.output
             handle.output = None
+        if not self.plan.gets_grad(op.chunk):  # no backward follows (SpaCO)
+            it.store.forget(op.chunk)
+            handle.input = None
+            return
         it.handles[op.chunk] = handle
 
     def _backward(self, it: _Iteration, op: Op, output_grad: torch.Tensor | None) -> None:
         handle = it.handles.pop(op.chunk)
-        grad = backward_chunk(handle, it.store, output_grad=output_grad)
+        loss_scale, kv_scale = self.scales.get(op.chunk, (1.0, 1.0))
+        grad = backward_chunk(handle, it.store, output_grad=output_grad,
+                              loss_scale=loss_scale if self.is_last else 1.0, kv_scale=kv_scale)
         handle.input_grad = None
         if self.stage > 0:
             it.outbox[(OpKind.B, op.chunk)] = grad

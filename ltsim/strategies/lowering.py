@@ -355,7 +355,8 @@ def lower(schedule: Schedule, layout: Layout, passes: tuple[Pass, ...] = DEFAULT
                      if ops or stream in ("compute", "comm", "coll"))
     plan = Plan(strategy=schedule.strategy, options=schedule.options,
                 seq_lengths=schedule.seq_lengths, chunks=schedule.chunks, programs=programs,
-                devices=schedule.devices, grad_chunks=schedule.grad_chunks)
+                devices=schedule.devices, grad_chunks=schedule.grad_chunks,
+                grad_scales=schedule.grad_scales)
     # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
     # the grid); the conformance suite runs the full validate() on every registered strategy.
     return plan.validate(check_cycles=False)

@@ -95,6 +95,7 @@ class Schedule:
     devices: tuple[Device, ...]
     orders: dict[int, list[Action]]
     grad_chunks: frozenset[int] | None = None
+    grad_scales: tuple[tuple[int, float, float], ...] = ()  # see Plan
 
 
 def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:

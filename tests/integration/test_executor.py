@@ -74,6 +74,34 @@ def assert_matches(measured, reference, replicas: int = 1) -> None:
         assert rel_err(merged, ref_grads) < TOL
 
 
+def test_seco_pipeline_matches_single_process(reference):
+    plan, parallel = make_plan("seco", chunk_size=24)
+    assert_matches(run(plan, parallel), reference)
+
+
+def test_spaco_pipeline_matches_its_single_process_estimate(reference):
+    """The executor back-propagates exactly the plan's chosen chunks with its scales: equal to the
+    state API's run_spaco_group over each sequence with the same choice."""
+    from ltsim.executor.state import run_spaco_group
+
+    plan, parallel = make_plan("spaco", chunk_size=24, budget=2, seed=1)
+    assert plan.grad_chunks != frozenset(c.index for c in plan.chunks)
+    measured = run(plan, parallel)
+    assert abs(measured.loss - reference[0]) / abs(reference[0]) < TOL  # every chunk forwarded
+    tokens = make_tokens(LENGTHS, SPEC.vocab_size, SEED)
+    model = Transformer(SPEC, seed=SEED, dtype=torch.float64)
+    scales = {c: (loss, relay) for c, loss, relay in plan.grad_scales}
+    for seq in range(len(LENGTHS)):
+        chunks = [c for c in plan.chunks if c.slices[0].seq == seq]
+        chosen = {i for i, c in enumerate(chunks) if c.index in plan.grad_chunks}
+        loss, relay = scales.get(next(c.index for c in chunks if c.index in plan.grad_chunks),
+                                 (1.0, 1.0))
+        run_spaco_group(model, [pack_chunk(c.slices, tokens) for c in chunks], chosen,
+                        loss_scale=loss, kv_scale=relay)
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert_matches(measured, (reference[0], expected))
+
+
 def test_megatron_pipeline_matches_single_process(reference):
     plan, parallel = make_plan("megatron-1f1b")
     measured = run(plan, parallel)

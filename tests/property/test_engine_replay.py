@@ -19,7 +19,7 @@ from ltsim.costs import UnitCostModel
 from ltsim.sim import engine, replicas
 from ltsim.strategies import REGISTRY
 from tests.conftest import unit_ctx
-from tests.property.test_conformance import NO_PIPELINE, SMALL_OPTIONS
+from tests.property.test_conformance import NO_FULL_RECOMPUTE, NO_PIPELINE, SMALL_OPTIONS
 
 _PATH = Path(__file__).resolve().parents[2] / "validation" / "perf" / "recurrence.py"
 _SPEC = importlib.util.spec_from_file_location("recurrence", _PATH)
@@ -29,6 +29,8 @@ _SPEC.loader.exec_module(recurrence)
 
 def _plan(name, options, pp, dp, cp, lengths, recompute):
     strategy = REGISTRY[name]
+    if name in NO_FULL_RECOMPUTE and recompute == "full":
+        recompute = "selective"
     if name in NO_PIPELINE:
         ctx = unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
     else:

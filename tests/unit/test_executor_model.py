@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 from ltsim.errors import ConfigError, PlanError  # noqa: E402
 from ltsim.executor.model import PackedBatch, Transformer, attention, pack_chunk  # noqa: E402
 from ltsim.executor.state import (StateStore, backward_chunk, forward_chunk,  # noqa: E402
-                                  recompute_chunk, run_chunkflow_group, run_seco_group)
+                                  recompute_chunk, run_chunkflow_group, run_seco_group,
+                                  run_spaco_group)
 from ltsim.model import get_model  # noqa: E402
 
 SPEC = dataclasses.replace(get_model("llama-tiny"), hidden_size=64, ffn_hidden_size=128,
@@ -115,6 +116,56 @@ def test_seco_matches_whole_sequence(setup):
         loss += run_seco_group(model, [pack_chunk([(s, 0, n)], tokens)])
     assert abs(loss - ref_loss) / abs(ref_loss) < TOL
     assert rel_err(take_grads(model), ref_grads) < TOL
+
+
+def _spaco_expectation(model, batches, weights, loss_scale, kv_scale):
+    """Exact expectation of SpaCO's gradient: sum over index sets I of P(I) x gradient(I)."""
+    total = None
+    for selected, weight in weights:
+        run_spaco_group(model, batches, set(selected), loss_scale=loss_scale, kv_scale=kv_scale)
+        grads = [(torch.zeros_like(p) if p.grad is None else p.grad.clone()) * weight
+                 for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        total = grads if total is None else [a + b for a, b in zip(total, grads)]
+    return total
+
+
+@pytest.fixture(scope="module")
+def spaco_case():
+    """One sequence of k = 4 chunks, t = 2; the reference is whole-sequence training of it."""
+    tokens = make_tokens()
+    model = Transformer(SPEC, seed=3, dtype=torch.float64)
+    model(pack_chunk([(0, 0, LONG)], tokens)).backward()
+    return model, [pack_chunk([s], tokens) for s in split(0, LONG, 24)], take_grads(model)
+
+
+def test_spaco_bernoulli_compensated_gradient_is_exactly_unbiased(spaco_case):
+    """Each chunk selected with p = t/k independently: every path through p relays survives with
+    probability (t/k)^(p+1), which loss x k/t and k/t per relay undo exactly (all 16 sets)."""
+    import itertools
+
+    model, batches, ref = spaco_case
+    k, p = 4, 0.5
+    weights = [(tuple(i for i in range(k) if bits[i]), p ** sum(bits) * (1 - p) ** (k - sum(bits)))
+               for bits in itertools.product((0, 1), repeat=k)]
+    assert rel_err(_spaco_expectation(model, batches, weights, 1 / p, 1 / p), ref) < TOL
+    capped = _spaco_expectation(model, batches, weights, 1 / p, 1.5)  # a cap below k/t biases it
+    assert rel_err(capped, ref) > 1e-3
+
+
+def test_spaco_fixed_t_factor_is_approximate_for_paths_through_relays(spaco_case):
+    """Algorithm 2 as printed (exactly t = 2 of 4, each set 1/6): the direct terms are unbiased but
+    a path through one relay survives with probability t(t-1)/(k(k-1)) = 1/6, not (t/k)^2 = 1/4,
+    so k/t per relay gives it 2/3 of its weight (documented in strategies/spaco.py)."""
+    import itertools
+
+    model, batches, ref = spaco_case
+    weights = [(pair, 1 / 6) for pair in itertools.combinations(range(4), 2)]
+    fixed = _spaco_expectation(model, batches, weights, 2.0, 2.0)
+    assert rel_err(fixed, ref) > 1e-3
+    # with no chunk before it to relay to, the last chunk alone is exact: t = k = 1 per sequence
+    single = _spaco_expectation(model, batches, [((0, 1, 2, 3), 1.0)], 1.0, 1.0)
+    assert rel_err(single, ref) < TOL
 
 
 def test_hybrid_chunks_match_whole_sequence(setup):

@@ -1,0 +1,100 @@
+"""SpaCO, sparse chunk-wise optimization (Li et al., ACL Findings 2025; seeds/seco-spaco.md,
+PAPERS.md section 5): SeCO's schedule (seco.py) with only ``budget`` (t) of a sequence's k chunks
+back-propagated.
+
+Algorithm 2: forward every chunk without autograd, keeping its K/V; pick t distinct chunks at
+random; re-forward and back-propagate only those, in descending order (reading H1: ascending
+order would back-propagate a chunk before the later chunks' dK/dV reached it), each scaling the
+K/V gradient it received by the compensation factor k/t before passing it on (m_i.grad <- (k/t)
+m'_i.grad). Time is about k no-grad forwards plus t (F + B): F (1 + 3t/k) against SeCO's 4F.
+
+Choices where the paper is silent or ambiguous (PAPERS.md 5.1 H2, H3), all options:
+
+- ``compensation = "paper"``: the K/V-gradient factor k/t per relay, capped at ``cap`` (the
+  paper's §6.4 caps it at 2; ``cap = inf`` leaves it uncapped), and each selected chunk's loss
+  scaled by k/t, uncapped (the paper's draw_curve code scales the loss; without it the direct
+  terms of the unselected chunks would be missing from the expectation). ``"none"``: no scaling.
+- ``sampling = "fixed"``: exactly t distinct chunks, as Algorithm 2 prints. Its factor is exact for
+  the direct terms, but a gradient path through p relays survives with probability
+  t(t-1).../(k(k-1)...), not (t/k)^(p+1), so k/t per relay only approximates it (the paper's Eq.
+  8-10 assume independent survival). ``"bernoulli"``: each chunk independently with probability
+  t/k, for which the uncapped factors make the estimate exactly unbiased (the executor's tests
+  enumerate every subset of a small case and check both statements).
+
+Per sequence, k is its chunk count and t = min(budget, k). The choice is seeded per sequence
+(``seed`` and the sequence id), so a plan is reproducible; it is the same on every stage.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, replace
+
+from ltsim.errors import ConfigError
+from ltsim.plan import Plan
+from ltsim.strategies.base import PlanContext, positive
+from ltsim.strategies.lowering import lower
+from ltsim.strategies.schedule import Layout
+from ltsim.strategies.seco import chunked_schedule
+
+NAME = "spaco"
+COMPENSATIONS = ("paper", "none")
+SAMPLINGS = ("fixed", "bernoulli")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    chunk_size: int = 1024  # tokens per chunk
+    budget: int = 8  # t: chunks back-propagated per sequence
+    seed: int = 0
+    compensation: str = "paper"
+    cap: float = 2.0  # most the per-relay K/V-gradient factor may be (the paper's 2; inf: none)
+    sampling: str = "fixed"
+
+    def validate(self) -> None:
+        positive("chunk_size", self.chunk_size)
+        positive("budget", self.budget)
+        positive("seed", self.seed, allow_zero=True)
+        if self.compensation not in COMPENSATIONS:
+            raise ConfigError("strategy.compensation", f"one of {', '.join(COMPENSATIONS)}",
+                              self.compensation)
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError("strategy.sampling", f"one of {', '.join(SAMPLINGS)}", self.sampling)
+        if not (self.cap >= 1):  # also refuses nan
+            raise ConfigError("strategy.cap", "a number >= 1 (inf: uncapped)", self.cap,
+                              "the paper caps the factor at 2")
+
+
+def select(ids: list[int], seq: int, options: Options) -> list[int]:
+    """The chunks of one sequence (ids, in order) that back-propagate, ascending."""
+    rng = random.Random(options.seed * 1_000_003 + seq)
+    k = len(ids)
+    if options.sampling == "bernoulli":
+        p = min(1.0, options.budget / k)
+        return [c for c in ids if rng.random() < p]
+    return sorted(rng.sample(ids, min(options.budget, k)))
+
+
+def factor(k: int, options: Options) -> float:
+    """1 / P(a chunk is selected): k/t for either sampling (t = min(budget, k))."""
+    return k / min(options.budget, k)
+
+
+def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    sequences: list[list[int]] = []
+
+    def choose(ids: list[int]) -> list[int]:  # sequences come in batch order: the index is the id
+        sequences.append(ids)
+        return select(ids, len(sequences) - 1, options)
+
+    schedule = chunked_schedule(batch, ctx, options.chunk_size, NAME, asdict(options), choose)
+    scales = []
+    if options.compensation == "paper":
+        for ids in sequences:
+            f = factor(len(ids), options)
+            if f != 1.0:
+                relay = min(f, options.cap) if math.isfinite(options.cap) else f
+                scales += [(c, f, relay) for c in ids if c in schedule.grad_chunks]
+    return lower(replace(schedule, grad_scales=tuple(scales)),
+                 Layout.of(ctx.parallel, ctx.model.num_layers))
