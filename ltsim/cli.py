@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     _scenario_args(p)
     p.add_argument("--strategies", required=True,
                    help="comma-separated names; options as name:key=value:key=value")
+    p = sub.add_parser("maxlen", help="the longest sequence each strategy can train")
+    _scenario_args(p)
+    p.add_argument("--strategies", help="comma-separated names, options as name:key=value "
+                   "(default: the scenario's strategy)")
+    p.add_argument("--step", type=int, default=1024, help="length granularity in tokens")
+    p.add_argument("--max-length", type=int, default=1 << 30, help="search no further")
+    p.add_argument("--plot", type=Path, help="write peak memory by term against length (PNG)")
     p = sub.add_parser("sweep", help="grid search over scenario values")
     _scenario_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -224,6 +231,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         scenarios.append((label, _rebuild(raw, base.source)))
     results = [(label, simulate(scenario).to_dict()) for label, scenario in scenarios]
     _print(compare_rows(results), format_compare(results), args.json)
+    return EXIT_OK
+
+
+def cmd_maxlen(args: argparse.Namespace) -> int:
+    from ltsim.maxlen import find_max_length
+    from ltsim.report import format_maxlen
+    from ltsim.scenario import load_scenario
+
+    base = load_scenario(args.scenario, args.set)
+    _check_output("--plot", args.plot)
+    scenarios = [base]
+    if args.strategies:  # every strategy checked before the first search runs
+        scenarios = [_rebuild({**base.raw, "strategy": {
+            "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source)
+            for name, opts in parse_strategy_list(args.strategies)]
+    answers = [find_max_length(s, step=args.step, max_length=args.max_length) for s in scenarios]
+    text = format_maxlen(base.name, answers)
+    if args.plot:
+        from ltsim.viz_maxlen import plot_maxlen
+
+        _written("--plot", args.plot, lambda: plot_maxlen(answers, args.plot, title=base.name))
+        text += f"\nplot written to {args.plot}"
+    _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
 
 
@@ -467,4 +497,4 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 COMMANDS = {"simulate": cmd_simulate, "compare": cmd_compare, "sweep": cmd_sweep,
             "profile": cmd_profile, "validate": cmd_validate, "check": cmd_check,
-            "workload": cmd_workload, "export": cmd_export}
+            "workload": cmd_workload, "export": cmd_export, "maxlen": cmd_maxlen}

@@ -106,3 +106,26 @@ def format_sweep(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, top: in
     if errors:
         text += f", {len(errors)} rejected (first: {errors[0]['error']})"
     return text
+
+
+def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
+    """``ltsim maxlen``: per strategy the longest fitting sequence, its time per token, its peak and
+    the largest terms there, and what stops the next step."""
+    rows = []
+    for answer in answers:
+        d = answer.to_dict()
+        terms = sorted(d["terms_bytes"].items(), key=lambda kv: -kv[1])
+        d["top_terms"] = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in terms[:3] if v)
+        d["label"] = answer.strategy + (" " + _options(answer.options) if answer.options else "")
+        rows.append(d)
+    columns = (("label", "strategy", str), ("max_length", "max length", lambda x: f"{x:,}"),
+               ("time_per_token_s", "time/token", fmt_seconds),
+               ("iteration_time_s", "iter time", fmt_seconds),
+               ("peak_memory_bytes", "peak mem", fmt_bytes), ("binds", "binds", str),
+               ("top_terms", "largest terms at max", str))
+    lines = [f"scenario {scenario}: one sequence per DP replica, lengths in steps of "
+             f"{answers[0].step:,} tokens", format_table(rows, columns)]
+    for d in rows:
+        if d["next_length"] is not None:
+            lines.append(f"{d['label']}: {d['next_length']:,} tokens do not fit: {d['next_reason']}")
+    return "\n".join(lines)

@@ -74,6 +74,10 @@ class TableCostModel:
     def static_memory_bytes(self, device: Device) -> int:
         return int(self._buffers.static_bytes(device).total_bytes)
 
+    def static_memory(self, device: Device) -> mem.StaticMemory:
+        """The static memory split into weights, gradients and optimizer state (ltsim maxlen)."""
+        return self._buffers.static_bytes(device)
+
     def model_flops(self, chunk: Chunk) -> float:
         """Training FLOPs of the chunk on the whole model, counted once per TP x CP group."""
         flops = self._flops

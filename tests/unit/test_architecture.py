@@ -21,8 +21,8 @@ LEVELS = {
     "profiles": 2, "profile_files": 2, "lookup": 2,
     "memory": 3, "costs": 3,
     "strategies": 4, "sim": 5,
-    "scenario": 6, "planner": 6, "runner": 6, "sweepstore": 6, "check": 6,
-    "report": 7, "viz": 7, "viz_sweep": 7, "validate": 7, "export": 7,
+    "scenario": 6, "planner": 6, "maxlen": 6, "runner": 6, "sweepstore": 6, "check": 6,
+    "report": 7, "viz": 7, "viz_sweep": 7, "viz_maxlen": 7, "validate": 7, "export": 7,
     "cli": 8, "__main__": 8, "__init__": 8,
 }
 # They may import anything below strategies; the core imports them never at module level, and

@@ -1,0 +1,231 @@
+"""The longest single sequence a setup can train, per strategy, by bisection over the memory model.
+
+``find_max_length(scenario)`` simulates a global batch of one sequence of L tokens per DP replica
+(the scenario's model, hardware, parallel layout and strategy options; its workload is replaced)
+and asks whether the simulated peak fits: device memory under the device's limit (less the
+allocator allowance, as everywhere in ltsim) and host memory under the host limit. L grows by
+doubling from ``step`` until a plan does not fit (or planning refuses the length, e.g. a chunk
+count past the plan limit), then bisects in multiples of ``step``: the answer fits and the answer
+plus ``step`` does not. Memory need not be monotone in L for every strategy (a chunked one can
+cross a chunk-count boundary); bisection reports a length that fits with the next step failing,
+not necessarily the global maximum.
+
+At each length the peak of the busiest device is split into terms (``peak_terms``): weights,
+gradients, optimizer state (static), activations (activations, checkpoints, stage inputs), K/V
+state (K/V kept for later chunks and their gradients), logits (the LM head's share of buffers and
+of the loss's working set), working (other transient working sets) and host (host memory). The
+term that "binds" is host memory when the host limit is what the first failing length exceeds,
+else the largest device term at that length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ltsim.costs import CostModel
+from ltsim.errors import ConfigError, PlanError
+from ltsim.plan import Buffer, Plan
+from ltsim.scenario import Scenario, build_scenario
+from ltsim.trace import Trace
+
+DEVICE_TERMS = ("weights", "gradients", "optimizer", "activations", "kv_state", "logits", "working")
+TERMS = DEVICE_TERMS + ("host",)
+_KIND_TERM = {"act": "activations", "ckpt": "activations", "input": "activations",
+              "kv": "kv_state", "kv_grad": "kv_state"}
+MAX_LENGTH = 1 << 30  # no search goes past a billion tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One simulated length: whether it fits, its time and its peak memory by term."""
+
+    length: int
+    fits: bool
+    iteration_time_s: float = 0.0
+    peak_bytes: int = 0
+    limit: str = ""  # "device" or "host" when it does not fit; "plan" when planning refused it
+    reason: str = ""
+    terms: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def time_per_token_s(self) -> float:
+        return self.iteration_time_s / self.length if self.length else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaxLength:
+    """The answer for one strategy: the longest fitting length (0: not even ``step`` fits), the
+    points simulated, and the first failing one."""
+
+    strategy: str
+    options: dict[str, Any]
+    step: int
+    max_length: int
+    at: Point | None
+    failing: Point | None
+    points: tuple[Point, ...]
+    memory_limit_bytes: int
+    host_memory_limit_bytes: int
+
+    @property
+    def binds(self) -> str:
+        """The term that stops the next step: host memory, the planner, or the largest term."""
+        if self.failing is None:
+            return f"none below {MAX_LENGTH:,} tokens"
+        if self.failing.limit == "host":
+            return "host"
+        if self.failing.limit == "plan":
+            return "plan"
+        terms = self.failing.terms
+        return max(DEVICE_TERMS, key=lambda t: terms.get(t, 0)) if terms else "device"
+
+    def to_dict(self) -> dict[str, Any]:
+        at = self.at
+        return {"strategy": self.strategy, "strategy_options": self.options,
+                "max_length": self.max_length, "step": self.step, "binds": self.binds,
+                "time_per_token_s": at.time_per_token_s if at else None,
+                "iteration_time_s": at.iteration_time_s if at else None,
+                "peak_memory_bytes": at.peak_bytes if at else None,
+                "terms_bytes": dict(at.terms) if at else {},
+                "next_length": self.failing.length if self.failing else None,
+                "next_reason": self.failing.reason if self.failing else "",
+                "memory_limit_bytes": self.memory_limit_bytes,
+                "host_memory_limit_bytes": self.host_memory_limit_bytes}
+
+
+def length_scenario(scenario: Scenario, length: int) -> Scenario:
+    """The scenario with its workload replaced by one sequence of ``length`` per DP replica."""
+    raw = {**scenario.raw, "workload": {"lengths": [length] * scenario.parallel.dp,
+                                        "num_batches": 1}}
+    return build_scenario(raw, source=scenario.source)
+
+
+def evaluate(scenario: Scenario, length: int, cost: CostModel) -> Point:
+    """Simulate one sequence of ``length`` tokens per replica; a PlanError or a ConfigError from
+    planning (a length the strategy cannot plan) counts as not fitting, with its reason."""
+    from ltsim.runner import run
+
+    try:
+        sim = run(length_scenario(scenario, length), cost=cost)
+    except (PlanError, ConfigError) as exc:
+        return Point(length=length, fits=False, limit="plan", reason=str(exc).splitlines()[0])
+    result = sim.result
+    peaks = result.peak_memory_bytes_per_device
+    device = max(range(len(peaks)), key=peaks.__getitem__)
+    terms = peak_terms(sim.plans[0], sim.traces[0], cost, device)
+    terms["host"] = max(result.peak_host_memory_bytes_per_device)
+    limit = ""
+    if max(peaks) > result.memory_limit_bytes:
+        limit = "device"
+    elif terms["host"] > result.host_memory_limit_bytes:
+        limit = "host"
+    return Point(length=length, fits=result.fits, iteration_time_s=result.to_dict()[
+        "iteration_time_s"], peak_bytes=max(peaks), limit=limit, reason=result.fit_reason,
+        terms=terms)
+
+
+def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = MAX_LENGTH,
+                    cost: CostModel | None = None,
+                    progress: Callable[[Point], None] | None = None) -> MaxLength:
+    """Bisection (module docstring). ``progress`` is called with every simulated point."""
+    from ltsim.runner import make_cost_model
+
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ConfigError("--step", "a positive number of tokens", step)
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:
+        raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length)
+    cost = cost or make_cost_model(scenario)
+    points: dict[int, Point] = {}
+
+    def probe(length: int) -> Point:
+        if length not in points:
+            points[length] = evaluate(scenario, length, cost)
+            if progress is not None:
+                progress(points[length])
+        return points[length]
+
+    lo, hi = 0, step
+    while hi <= max_length and probe(hi).fits:
+        lo, hi = hi, 2 * hi
+    if hi > max_length:  # everything up to the cap fits
+        hi = max_length + step
+    while hi - lo > step:
+        mid = lo + (hi - lo) // (2 * step) * step
+        if probe(mid).fits:
+            lo = mid
+        else:
+            hi = mid
+    failing = points.get(hi)
+    return MaxLength(strategy=scenario.strategy, options=dict(scenario.strategy_options), step=step,
+                     max_length=lo, at=points.get(lo), failing=failing,
+                     points=tuple(points[k] for k in sorted(points)),
+                     memory_limit_bytes=cost.memory_limit_bytes,
+                     host_memory_limit_bytes=cost.host_memory_limit_bytes)
+
+
+def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[str, int]:
+    """The device's memory at its peak, by term (module docstring); sums to the trace's peak."""
+    static = _static_terms(plan, cost, device)
+    ops = {op.token: op for op in plan.ops() if op.device == device}
+    changes: list[tuple[float, int, dict[str, int]]] = []  # (time, 0 release / 1 charge, terms)
+    for event in trace.events:
+        op = ops.get(event.token) if event.device == device else None
+        if op is None:
+            continue
+        held = _working_terms(op, cost)
+        charge = _buffer_terms(op.allocs, cost)
+        release = _buffer_terms(op.frees, cost)
+        for term, size in held.items():
+            charge[term] = charge.get(term, 0) + size
+            release[term] = release.get(term, 0) + size
+        changes += [(event.start_s, 1, charge), (event.end_s, 0, release)]
+    changes.sort(key=lambda c: (c[0], c[1]))  # releases first at equal times, as the engine
+    level = dict.fromkeys(DEVICE_TERMS, 0)
+    level.update(static)
+    best, best_total = dict(level), sum(level.values())
+    for _, charging, terms in changes:
+        sign = 1 if charging else -1
+        for term, size in terms.items():
+            level[term] += sign * size
+        total = sum(level.values())
+        if total > best_total:
+            best, best_total = dict(level), total
+    return best
+
+
+def _static_terms(plan: Plan, cost: CostModel, device: int) -> dict[str, int]:
+    spec = plan.devices[device]
+    breakdown = getattr(cost, "static_memory", None)
+    if breakdown is None:  # a cost model without the split (the unit model): all as weights
+        return {"weights": int(cost.static_memory_bytes(spec))}
+    parts = breakdown(spec)
+    return {"weights": int(parts.weights_bytes), "gradients": int(parts.grads_bytes),
+            "optimizer": int(parts.optimizer_bytes)}
+
+
+def _buffer_terms(buffers: tuple[Buffer, ...], cost: CostModel) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for buf in buffers:
+        if buf.host:
+            continue  # host memory is its own term, from the trace
+        size = cost.buffer_bytes(buf)
+        term = _KIND_TERM.get(buf.kind, "activations")
+        if buf.work.head and buf.kind == "act":
+            rest = cost.buffer_bytes(buf._replace(work=replace(buf.work, head=False)))
+            out["logits"] = out.get("logits", 0) + size - rest
+            size = rest
+        out[term] = out.get(term, 0) + size
+    return out
+
+
+def _working_terms(op, cost: CostModel) -> dict[str, int]:
+    if op.work is None:
+        return {}
+    size = cost.working_bytes(op.kind, op.work, part=op.part)
+    if not size:
+        return {}
+    if not op.work.head:
+        return {"working": size}
+    rest = cost.working_bytes(op.kind, replace(op.work, head=False), part=op.part)
+    return {"logits": size - rest, "working": rest}

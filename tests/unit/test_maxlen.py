@@ -1,0 +1,88 @@
+"""``ltsim maxlen``: the answer fits and the next step does not, the peak splits into terms that add
+up to the simulated peak, every registered strategy answers, and the command line's output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ltsim.cli import main
+from ltsim.maxlen import DEVICE_TERMS, evaluate, find_max_length, length_scenario, peak_terms
+from ltsim.runner import make_cost_model, run
+from ltsim.scenario import load_scenario
+from ltsim.scenario import build_scenario
+from ltsim.strategies import REGISTRY
+from tests.conftest import REPO
+
+SINGLE_GPU = {"hardware.gpus_per_node": 1, "parallel.tp": 1, "parallel.pp": 1,
+              "model.preset": "qwen2.5-1.5b"}
+
+
+QUICKSTART = REPO / "scenarios" / "quickstart.toml"
+
+
+@pytest.fixture(scope="module")
+def quickstart():
+    return load_scenario(QUICKSTART)
+
+
+def test_quickstart_answer_fits_and_the_next_step_does_not(quickstart):
+    answer = find_max_length(quickstart, step=4096)
+    cost = make_cost_model(quickstart)
+    assert answer.max_length > 32768 and answer.max_length % 4096 == 0
+    assert evaluate(quickstart, answer.max_length, cost).fits
+    assert not evaluate(quickstart, answer.max_length + 4096, cost).fits
+    assert answer.failing.length == answer.max_length + 4096
+    assert answer.binds in DEVICE_TERMS
+    assert answer.at.time_per_token_s > 0
+
+
+def test_peak_terms_add_up_to_the_simulated_peak(quickstart):
+    scenario = length_scenario(quickstart, 65536)
+    cost = make_cost_model(scenario)
+    sim = run(scenario, cost=cost)
+    trace = sim.traces[0]
+    for device in range(trace.num_devices):
+        terms = peak_terms(sim.plans[0], trace, cost, device)
+        assert sum(terms.values()) == trace.peak_memory_bytes()[device]
+        assert terms["optimizer"] > 0 and terms["activations"] > 0
+    last = trace.num_devices - 1  # the LM head's stage holds the logits
+    assert peak_terms(sim.plans[0], trace, cost, last)["logits"] > 0
+
+
+def test_every_registered_strategy_answers(quickstart):
+    scenario = quickstart.with_overrides(SINGLE_GPU)
+    for name in sorted(REGISTRY):
+        raw = {**scenario.raw, "strategy": {"name": name}}
+        answer = find_max_length(build_scenario(raw), step=8192, max_length=1 << 22)
+        assert answer.max_length >= 8192, name
+        assert answer.failing is None or not answer.failing.fits
+
+
+def test_chunked_strategies_reach_further_than_plain_training(quickstart):
+    scenario = quickstart.with_overrides(SINGLE_GPU)
+    reach = {name: find_max_length(build_scenario({**scenario.raw, "strategy": {
+        "name": name, **({"chunk_size": 4096} if name != "megatron-1f1b" else {})}}),
+        step=4096).max_length for name in ("megatron-1f1b", "seco", "spaco")}
+    assert reach["megatron-1f1b"] < reach["seco"] <= reach["spaco"]
+
+
+def test_command_line_json_and_table(capsys):
+    path = str(QUICKSTART)
+    assert main(["maxlen", path, "--strategies", "megatron-1f1b", "--step", "8192", "--json"]) == 0
+    (answer,) = json.loads(capsys.readouterr().out)
+    assert answer["strategy"] == "megatron-1f1b" and answer["max_length"] % 8192 == 0
+    assert set(answer["terms_bytes"]) >= set(DEVICE_TERMS)
+    assert main(["maxlen", path, "--step", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert "max length" in out and "do not fit" in out
+
+
+@pytest.mark.parametrize("flags,key", [(["--step", "0"], "--step"),
+                                       (["--max-length", "10"], "--max-length"),
+                                       (["--strategies", "nope"], "strategy.name")])
+def test_bad_flags_exit_2_with_one_line(capsys, flags, key):
+    assert main(["maxlen", str(QUICKSTART), *flags]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
