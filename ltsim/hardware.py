@@ -63,6 +63,11 @@ class ClusterSpec:
 # Host side: DGX H100 and DGX H200 nodes carry 2 TB of system memory for 8 GPUs, DGX A100 1 TB (the
 # DGX datasheets); host copies use PCIe Gen5 x16 on H100/H200 and Gen4 x16 on A100, 64 and 32 GB/s
 # per direction nominal (PCI-SIG). The cpu preset copies at its memory bandwidth within its 24 GiB.
+# RTX 3090 (SeCO/SpaCO's setting): 24 GB GDDR6X at 936 GB/s, 71 TFLOP/s dense bf16 with fp32
+# accumulation (NVIDIA GA102 whitepaper, Table 9), no NVLink switch: GPUs talk over PCIe 4.0 x16
+# (32 GB/s per direction, PCI-SIG), 100 Gb/s between nodes; host memory 64 GB per GPU is an
+# assumption (a 512 GB 8-GPU server; the paper does not say). Its profile is derived from the A100's
+# by these ratios (profiles/build_rtx3090.py).
 PRESETS: dict[str, DeviceSpec] = {
     "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
@@ -78,6 +83,10 @@ PRESETS: dict[str, DeviceSpec] = {
                        hbm_bytes_per_s=4.8e12, intra_link_bytes_per_s=450 * GB,
                        inter_link_bytes_per_s=50 * GB, profile="h200",
                        host_memory_bytes=2000 * GB / 8, host_link_bytes_per_s=64 * GB),
+    "rtx-3090": DeviceSpec(name="rtx-3090", memory_bytes=24 * GiB, peak_flops_per_s=71 * TFLOPS,
+                           hbm_bytes_per_s=936 * GB, intra_link_bytes_per_s=32 * GB,
+                           inter_link_bytes_per_s=12.5 * GB, profile="rtx-3090",
+                           host_memory_bytes=64 * GB, host_link_bytes_per_s=32 * GB),
     "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.1 * TFLOPS,
                       hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
                       inter_link_bytes_per_s=1 * GB, profile="cpu-ci", host_memory_bytes=24 * GiB,

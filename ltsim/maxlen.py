@@ -15,7 +15,8 @@ gradients, optimizer state (static), activations (activations, checkpoints, stag
 state (K/V kept for later chunks and their gradients), logits (the LM head's share of buffers and
 of the loss's working set), working (other transient working sets) and host (host memory). The
 term that "binds" is host memory when the host limit is what the first failing length exceeds,
-else the largest device term at that length.
+else the largest device term at that length; the term that "grows" is the one that grew most from
+half the answer to the first failing length (what to shrink to go further).
 """
 
 from __future__ import annotations
@@ -80,10 +81,22 @@ class MaxLength:
         terms = self.failing.terms
         return max(DEVICE_TERMS, key=lambda t: terms.get(t, 0)) if terms else "device"
 
+    @property
+    def grows(self) -> str:
+        """The device term that grew most from the longest simulated length at most half the
+        answer to the first failing one: what to shrink to go further (weights never grow)."""
+        end = self.failing if self.failing is not None and self.failing.terms else self.at
+        starts = [p for p in self.points if p.terms and p.length <= self.max_length // 2]
+        if end is None or not starts:
+            return "-"
+        start = starts[-1].terms
+        return max(DEVICE_TERMS, key=lambda t: end.terms.get(t, 0) - start.get(t, 0))
+
     def to_dict(self) -> dict[str, Any]:
         at = self.at
         return {"strategy": self.strategy, "strategy_options": self.options,
                 "max_length": self.max_length, "step": self.step, "binds": self.binds,
+                "grows": self.grows,
                 "time_per_token_s": at.time_per_token_s if at else None,
                 "iteration_time_s": at.iteration_time_s if at else None,
                 "peak_memory_bytes": at.peak_bytes if at else None,

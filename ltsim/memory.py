@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.model import (ModelSpec, embedding_parameters, head_parameters, layer_parameters,
-                         vocab_parameters)
+                         lora_layer_parameters, vocab_parameters)
 from ltsim.parallel import RECOMPUTE, ParallelConfig
 from ltsim.units import GiB, dtype_bytes
 
@@ -41,7 +41,8 @@ DROPOUT_MASK_BYTES = 1  # one byte per element (Korthikanti et al. 2022, section
 class StaticMemory:
     """Model states resident on one GPU for the whole iteration, in bytes."""
 
-    num_parameters: float  # parameters this GPU's TP shard holds (before ZeRO sharding)
+    num_parameters: float  # parameters this GPU's TP shard trains (before ZeRO sharding): all of
+    # them, or with LoRA the adapters
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
@@ -95,6 +96,17 @@ def stage_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int, has_
     return total
 
 
+def trainable_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int, has_embedding: bool,
+                                 has_head: bool) -> float:
+    """Parameters one GPU trains for a stage: all of them, or with LoRA (``model.lora_rank`` > 0)
+    the layers' adapters only, split over tp like the matrices they adapt."""
+    if not model.lora_rank:
+        return stage_parameters_per_gpu(model, tp, num_layers=num_layers,
+                                        has_embedding=has_embedding, has_head=has_head)
+    _check_layers(model, num_layers)
+    return num_layers * lora_layer_parameters(model) / tp
+
+
 def optimizer_bytes_per_param(model: ModelSpec, optimizer_dtype: str = "fp32") -> int:
     """Adam's state: with "fp32" (mixed precision) an fp32 master copy (only when the model dtype
     is narrower) and two fp32 moments; with "model" two moments in the model dtype and no master
@@ -123,19 +135,22 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     """
     num_params = stage_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
                                           has_embedding=has_embedding, has_head=has_head)
+    trained = trainable_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
+                                           has_embedding=has_embedding, has_head=has_head)
     stage = parallel.zero_stage if distributed_optimizer else 0
     num_shards = parallel.dp * parallel.cp
     weight_bytes = dtype_bytes(model.dtype)
     fp32_grads = fp32_grads and parallel.grad_dtype == "fp32"
     grad_bytes = max(FP32_BYTES, weight_bytes) if fp32_grads else weight_bytes
 
-    def sharded(bytes_per_param: float, from_stage: int) -> float:
-        return num_params * bytes_per_param / (num_shards if stage >= from_stage else 1)
+    def sharded(params: float, bytes_per_param: float, from_stage: int) -> float:
+        return params * bytes_per_param / (num_shards if stage >= from_stage else 1)
 
-    return StaticMemory(num_parameters=num_params,
-                        weights_bytes=sharded(weight_bytes, 3),
-                        grads_bytes=sharded(grad_bytes, 2),
-                        optimizer_bytes=sharded(optimizer_bytes_per_param(
+    adapters = trained if model.lora_rank else 0.0  # LoRA adds its adapters to the frozen weights
+    return StaticMemory(num_parameters=trained,
+                        weights_bytes=sharded(num_params + adapters, weight_bytes, 3),
+                        grads_bytes=sharded(trained, grad_bytes, 2),
+                        optimizer_bytes=sharded(trained, optimizer_bytes_per_param(
                             model, parallel.optimizer_dtype), 1))
 
 

@@ -48,6 +48,7 @@ class ModelSpec:
     tied_embeddings: bool = False
     qkv_bias: bool = False
     max_position_embeddings: int = 0  # gpt only: learned position table rows (0 = none counted)
+    lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (see lora_layer_parameters)
 
     @property
     def head_dim(self) -> int:
@@ -91,9 +92,10 @@ class ModelSpec:
             raise ConfigError("model.num_kv_heads", "a divisor of model.num_attention_heads",
                               self.num_kv_heads,
                               f"num_attention_heads is {self.num_attention_heads}")
-        value = self.max_position_embeddings
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError("model.max_position_embeddings", "a non-negative integer", value)
+        for key in ("max_position_embeddings", "lora_rank"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"model.{key}", "a non-negative integer", value)
         return self
 
 
@@ -193,6 +195,16 @@ def layer_parameters(spec: ModelSpec) -> LayerParameters:
         num_mlp=(num_up + 1) * h * ffn + up_bias,
         num_replicated=2 * spec.norm_size * h + row_biases,
     )
+
+
+def lora_layer_parameters(spec: ModelSpec) -> int:
+    """LoRA adapter parameters of one layer (Hu et al. 2021, arXiv 2106.09685): for each adapted
+    matrix of shape (in, out), A (in x r) and B (r x out), r = ``lora_rank``. ltsim adapts every
+    projection of the layer (Q, K, V, output, and the MLP's up/gate/down), an upper bound on the
+    common choices (PEFT's Llama default adapts Q and V only); embedding and LM head stay frozen."""
+    h, kv, ffn = spec.hidden_size, spec.kv_hidden_size, spec.ffn_hidden_size
+    shapes = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, ffn)] * (2 if spec.gated_mlp else 1) + [(ffn, h)]
+    return spec.lora_rank * sum(a + b for a, b in shapes)
 
 
 def layer_matmul_parameters(spec: ModelSpec) -> int:

@@ -122,6 +122,7 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
                ("time_per_token_s", "time/token", fmt_seconds),
                ("iteration_time_s", "iter time", fmt_seconds),
                ("peak_memory_bytes", "peak mem", fmt_bytes), ("binds", "binds", str),
+               ("grows", "grows most", str),
                ("top_terms", "largest terms at max", str))
     lines = [f"scenario {scenario}: one sequence per DP replica, lengths in steps of "
              f"{answers[0].step:,} tokens", format_table(rows, columns)]

@@ -46,7 +46,8 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     for batch in workload.sample(scenario.seed):
         plan = strategy.plan(batch, ctx, options)
         trace = engine.run(plan)
-        flops = sum(cost.model_flops(chunk) for chunk in plan.chunks)
+        flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
+                    for chunk in plan.chunks)
         metrics.append(batch_metrics(plan, trace, flops))
         if keep:
             plans.append(plan)

@@ -58,8 +58,9 @@ class CostModel(Protocol):
         """Weights, gradients and optimizer state on one GPU of ``device``."""
         ...
 
-    def model_flops(self, chunk: Chunk) -> float:
-        """Training FLOPs (forward + backward, no recompute) of one chunk over the whole model."""
+    def model_flops(self, chunk: Chunk, *, backward: bool = True) -> float:
+        """Training FLOPs (forward + backward, no recompute) of one chunk over the whole model;
+        the forward alone with ``backward=False`` (a chunk that gets no gradient)."""
         ...
 
     def warnings(self) -> list[str]:

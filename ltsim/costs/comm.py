@@ -6,8 +6,8 @@ Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V wi
   (cp - 1 steps forward, twice that backward as dK/dV travel too), times the work's layers;
 - "qkvo" (Ulysses): per layer, all-to-alls of Q, K, V in and the output back,
   T/cp x (2h + 2 kv_h)/tp x e, times the layers;
-- "grads": the layers' parameters in fp32 (Megatron's main gradients), reduce-scatter (ZeRO >= 1)
-  or all-reduce; "model_grads": the same in the model dtype (``parallel.grad_dtype = "model"``);
+- "grads": the layers' trained parameters (all, or LoRA's adapters) in fp32 (Megatron's main
+  gradients), reduce-scatter (ZeRO >= 1) or all-reduce; "model_grads": the same in the model dtype (``parallel.grad_dtype = "model"``);
   "params": the parameters in the model dtype, all-gather (ZeRO's gathers);
 - "d2h" / "h2d" copies: the buffer's bytes over the host link (buffer_bytes of a Buffer of that kind).
 The group spans GPUs ``comm.gpus``: one node's GPUs -> the "intra" rows, else "inter".
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ltsim.hardware import ClusterSpec
-from ltsim.memory import stage_parameters_per_gpu
+from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
 from ltsim.model import ModelSpec
 from ltsim.plan import Buffer, Comm
 from ltsim.profiles import Profile
@@ -60,8 +60,9 @@ class CommCosts:
             width = (2 * m.hidden_size + 2 * m.kv_hidden_size) / split.tp
             return tokens * width * self.e, comm.steps * work.num_layers
         if comm.tensor in ("grads", "model_grads", "params"):
-            params = stage_parameters_per_gpu(m, split.tp, num_layers=work.num_layers,
-                                              has_embedding=work.embed, has_head=work.head)
+            count = stage_parameters_per_gpu if comm.tensor == "params" else trainable_parameters_per_gpu
+            params = count(m, split.tp, num_layers=work.num_layers, has_embedding=work.embed,
+                           has_head=work.head)
             return params * (FP32_BYTES if comm.tensor == "grads" else self.e), comm.steps
         raise ValueError(f"no cost for moving tensor {comm.tensor!r} by {comm.collective}")
 

@@ -14,7 +14,9 @@ sequence parallelism after the all-gather):
     two norms (read + write h) and two residual adds (read 2h, write h), plus the MLP activation
     (an upper bound: SwiGLU reads 2 ffn and writes ffn, counted as 6 ffn)
   TP: with SP 2 all-gathers + 2 reduce-scatters of T h e bytes per layer, else 2 all-reduces
-backward = 2 x forward GEMMs + attention backward (table) + elementwise backward + the same TP traffic
+backward = 2 x forward GEMMs + attention backward (table) + elementwise backward + the same TP traffic;
+  with LoRA (``model.lora_rank`` > 0) the frozen weights need no weight-gradient GEMM, so 1 x forward
+  GEMMs (the adapters' rank-r GEMMs, r/h of a layer's, are not counted)
 W (weight gradient split from B) = the forward GEMMs again
 LM head and loss (a work with ``head``): (T, h) @ (h, V/tp), plus reading and writing fp32 logits
   three times (softmax, loss, gradient) through HBM; doubled GEMM in backward.
@@ -84,7 +86,8 @@ class ComputeCosts:
         gemm, elem_fwd, elem_bwd, tp_comm = self.layer_s(tokens, split.tp, split.sp)
         if kind is OpKind.W:
             return layers * gemm
-        dense = (2.0 * gemm + elem_bwd) if backward else (gemm + elem_fwd)
+        grads = 1.0 if self.model.lora_rank else 2.0  # frozen weights: no weight-gradient GEMMs
+        dense = (grads * gemm + elem_bwd) if backward else (gemm + elem_fwd)
         total = attn + layers * (dense + tp_comm)
         if work.head:
             total += self.head_s(tokens, split.tp, backward)
@@ -161,7 +164,8 @@ class ComputeCosts:
         m = self.model
         gemm = self._gemm(tokens, m.vocab_size / tp, m.hidden_size)
         logits = tokens * m.vocab_size / tp * FP32_BYTES * 3 / self.cluster.device.hbm_bytes_per_s
-        return (2.0 if backward else 1.0) * gemm + logits
+        frozen = self.model.lora_rank > 0  # the LM head is frozen under LoRA: input gradient only
+        return (1.0 if frozen or not backward else 2.0) * gemm + logits
 
 
 @lru_cache(maxsize=16)  # per profile, as load_profile caches the profile (a sweep builds many models)

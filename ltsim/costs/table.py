@@ -78,8 +78,10 @@ class TableCostModel:
         """The static memory split into weights, gradients and optimizer state (ltsim maxlen)."""
         return self._buffers.static_bytes(device)
 
-    def model_flops(self, chunk: Chunk) -> float:
-        """Training FLOPs of the chunk on the whole model, counted once per TP x CP group."""
+    def model_flops(self, chunk: Chunk, *, backward: bool = True) -> float:
+        """Training FLOPs of the chunk on the whole model, counted once per TP x CP group: 3 x
+        forward, 2 x forward under LoRA (no weight gradients), the forward alone for a chunk that
+        gets no backward (``backward=False``, SpaCO's unselected chunks)."""
         flops = self._flops
         total = 0.0
         for s in chunk.slices:
@@ -88,7 +90,8 @@ class TableCostModel:
             if value is None:
                 value = flops[key] = training_flops(self.model, q_tokens=key[0], context_tokens=s.start)
             total += value
-        return total
+        passes = (2.0 if self.model.lora_rank else 3.0) if backward else 1.0
+        return total * passes / 3.0
 
     def warnings(self) -> list[str]:
         return self.profile.warnings()

@@ -48,7 +48,7 @@ class UnitCostModel:
     def static_memory_bytes(self, device: Device) -> int:
         return 0
 
-    def model_flops(self, chunk: Chunk) -> float:
+    def model_flops(self, chunk: Chunk, *, backward: bool = True) -> float:
         return 0.0
 
     def warnings(self) -> list[str]:

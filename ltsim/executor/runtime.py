@@ -159,6 +159,9 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
                               "(it keeps gradients and Adam state in the model dtype, no fp32 "
                               "master copy)", getattr(parallel, key),
                               f'set parallel.{key} = "model" so the prediction describes the run')
+    if spec.lora_rank:
+        raise ConfigError("model.lora_rank", "0 for the executor (it trains every weight; LoRA "
+                          "is a simulator option)", spec.lora_rank, "remove model.lora_rank")
     if parallel.tp != 1 or parallel.cp != 1:
         raise ConfigError("parallel.tp", "1 with cp 1: the executor runs pipeline and data "
                           "parallelism only", (parallel.tp, parallel.cp))
