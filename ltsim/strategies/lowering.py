@@ -286,10 +286,11 @@ def add_dp_reduction(draft: Draft) -> Draft:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
             reduces = _per_step_reduction(device, compute, chunks_of.get(device.replica, []), count,
                                           grads, group)
+            coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []))
         else:
             reduces = [_step_end_reduction(device, compute, grads, group)]
+            coll += reduces
         step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduces[-1].key,))
-        coll += reduces
         if device.zero_stage >= 1 and device.num_shards > 1:
             coll.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                            name="dp-params", group=group, deps=(step.key,),
@@ -298,6 +299,24 @@ def add_dp_reduction(draft: Draft) -> Draft:
         changes[(device.index, "compute")] = compute + [step]
         changes[(device.index, "coll")] = coll
     return draft.update(changes)
+
+
+def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chunks: list[int]
+                      ) -> list[Op]:
+    """The coll stream with the per-micro-step reductions placed among ZeRO-3's gathers in the
+    order their compute ops run: reduction m after the gathers up to the next micro-step's first
+    op (that prefetch overlaps the reduction) and before the later ones. Appended after all
+    gathers instead, the gather for op j + 2 (which waits for op j) would sit ahead of the
+    reduction that op j waits for: a deadlock. Without gathers the order is unchanged."""
+    if not any(op.name.startswith("z3-") for op in coll):
+        return coll + reduces
+    position = {dep: i for i, op in enumerate(compute) for dep in op.deps}
+    spans = {chunk: last for _, last, chunk in _backward_spans(compute)}
+    keyed = [(position.get(op.key, len(compute)), 0, op) for op in coll]
+    for m, op in enumerate(reduces):
+        last = spans.get(chunks[m]) if m < len(chunks) else None
+        keyed.append((last + 1.5 if last is not None else len(compute) + m, 1, op))
+    return [op for *_, op in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def _step_end_reduction(device: Device, compute: list[Op], grads: Comm, group) -> Op:
