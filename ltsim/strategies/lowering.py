@@ -312,11 +312,13 @@ def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chun
         return coll + reduces
     position = {dep: i for i, op in enumerate(compute) for dep in op.deps}
     spans = {chunk: last for _, last, chunk in _backward_spans(compute)}
-    keyed = [(position.get(op.key, len(compute)), 0, op) for op in coll]
-    for m, op in enumerate(reduces):
+    keyed = [(position.get(op.key, len(compute)), 0, i, op) for i, op in enumerate(coll)]
+    key = -1.0  # reductions keep their order m (every member of the group runs them in one order);
+    for m, op in enumerate(reduces):  # one the device sits out goes with the one before it
         last = spans.get(chunks[m]) if m < len(chunks) else None
-        keyed.append((last + 1.5 if last is not None else len(compute) + m, 1, op))
-    return [op for *_, op in sorted(keyed, key=lambda k: (k[0], k[1]))]
+        key = max(key, last + 1.5 if last is not None else key)
+        keyed.append((key, 1, m, op))
+    return [op for *_, op in sorted(keyed, key=lambda k: k[:3])]
 
 
 def _step_end_reduction(device: Device, compute: list[Op], grads: Comm, group) -> Op:
