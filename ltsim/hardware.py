@@ -65,8 +65,8 @@ class ClusterSpec:
 # per direction nominal (PCI-SIG). The cpu preset copies at its memory bandwidth within its 24 GiB.
 # RTX 3090 (SeCO/SpaCO's setting): 24 GB GDDR6X at 936 GB/s, 71 TFLOP/s dense bf16 with fp32
 # accumulation (NVIDIA GA102 whitepaper, Table 9), no NVLink switch: GPUs talk over PCIe 4.0 x16
-# (32 GB/s per direction, PCI-SIG), 100 Gb/s between nodes; host memory 64 GB per GPU is an
-# assumption (a 512 GB 8-GPU server; the paper does not say). Its profile is derived from the A100's
+# (32 GB/s per direction, PCI-SIG); between nodes 100 Gb/s and host memory 64 GB per GPU (a 512 GB
+# 8-GPU server) are assumptions, as the paper states neither. Its profile is derived from the A100's
 # by these ratios (profiles/build_rtx3090.py).
 PRESETS: dict[str, DeviceSpec] = {
     "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from ltsim.costs import CostModel
 from ltsim.errors import ConfigError, PlanError
 from ltsim.plan import Buffer, Plan
+from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
 from ltsim.trace import Trace
 
@@ -117,8 +118,6 @@ def length_scenario(scenario: Scenario, length: int) -> Scenario:
 def evaluate(scenario: Scenario, length: int, cost: CostModel) -> Point:
     """Simulate one sequence of ``length`` tokens per replica; a PlanError or a ConfigError from
     planning (a length the strategy cannot plan) counts as not fitting, with its reason."""
-    from ltsim.runner import run
-
     try:
         sim = run(length_scenario(scenario, length), cost=cost)
     except (PlanError, ConfigError) as exc:
@@ -133,17 +132,15 @@ def evaluate(scenario: Scenario, length: int, cost: CostModel) -> Point:
         limit = "device"
     elif terms["host"] > result.host_memory_limit_bytes:
         limit = "host"
-    return Point(length=length, fits=result.fits, iteration_time_s=result.to_dict()[
-        "iteration_time_s"], peak_bytes=max(peaks), limit=limit, reason=result.fit_reason,
-        terms=terms)
+    return Point(length=length, fits=result.fits,
+                 iteration_time_s=float(result.iteration_times_s.mean()), peak_bytes=max(peaks),
+                 limit=limit, reason=result.fit_reason, terms=terms)
 
 
 def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = MAX_LENGTH,
                     cost: CostModel | None = None,
                     progress: Callable[[Point], None] | None = None) -> MaxLength:
     """Bisection (module docstring). ``progress`` is called with every simulated point."""
-    from ltsim.runner import make_cost_model
-
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:

@@ -7,8 +7,8 @@ measurements are public in shared/data; measure one with `ltsim profile` to repl
   throughput with FP32 accumulation: A100 312 TFLOPS (NVIDIA A100 datasheet) against RTX 3090 71
   TFLOPS (NVIDIA Ampere GA102 GPU architecture whitepaper, Table 9 "Peak FP16 Tensor TFLOPS with
   FP32 Accumulate"; the 142 TFLOPS figure accumulates in FP16). Rows that are bound by memory
-  bandwidth (2039 vs 936 GB/s, ratio 2.18) or launch latency would scale less: small shapes are
-  overstated by up to 2x. SeCO's own runs (chunk 64-512, Llama-3-8B) are GEMM-bound at m >= 512.
+  bandwidth (2039 vs 936 GB/s, ratio 2.18) or launch latency would scale less, so such rows (small
+  shapes) are overstated by up to 4.39 / 2.18 = 2x. Which rows are bound by what is not measured.
 - Collectives: the A100's intra-node rows (NVLink, 300 GB/s per direction) times 300 / 32, the
   ratio to PCIe 4.0 x16 (32 GB/s per direction, PCI-SIG), as an 8 x RTX 3090 server has no NVLink
   switch; latency floors are scaled too (an overstatement for tiny messages). Inter-node rows are

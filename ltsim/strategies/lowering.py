@@ -307,9 +307,7 @@ def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chun
     order their compute ops run: reduction m after the gathers up to the next micro-step's first
     op (that prefetch overlaps the reduction) and before the later ones. Appended after all
     gathers instead, the gather for op j + 2 (which waits for op j) would sit ahead of the
-    reduction that op j waits for: a deadlock. Without gathers the order is unchanged."""
-    if not any(op.name.startswith("z3-") for op in coll):
-        return coll + reduces
+    reduction that op j waits for: a deadlock. Without gathers the reductions come in order m."""
     position = {dep: i for i, op in enumerate(compute) for dep in op.deps}
     spans = {chunk: last for _, last, chunk in _backward_spans(compute)}
     keyed = [(position.get(op.key, len(compute)), 0, i, op) for i, op in enumerate(coll)]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
 from ltsim.strategies.base import PlanContext, positive, split_replicas
-from ltsim.strategies.chunking import renumber, split_sequence
+from ltsim.strategies.chunking import split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
@@ -60,13 +60,10 @@ def sequence_chunks(batch: tuple[int, ...], ctx: PlanContext, chunk_size: int
     chunks: list[Chunk] = []
     sequences: list[list[int]] = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
-        units = [split_sequence(s, batch[s], chunk_size, replica) for s in seq_ids]
-        mine, _ = renumber(units, len(chunks))
-        first = len(chunks)
-        chunks += mine
-        for unit in units:
-            sequences.append(list(range(first, first + len(unit))))
-            first += len(unit)
+        for seq in seq_ids:
+            pieces = split_sequence(seq, batch[seq], chunk_size, replica)
+            sequences.append(list(range(len(chunks), len(chunks) + len(pieces))))
+            chunks += [Chunk(i, c.slices, replica) for i, c in zip(sequences[-1], pieces)]
     return chunks, sequences
 
 
@@ -111,13 +108,13 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
 
 def chunked_schedule(batch: tuple[int, ...], ctx: PlanContext, chunk_size: int, name: str,
                      options: dict, select=None) -> Schedule:
-    """The SeCO / SpaCO schedule: ``select(seq ids of chunks)`` -> the chunks that back-propagate
-    (None: every chunk, SeCO)."""
+    """The SeCO / SpaCO schedule: ``select(chunk ids of a sequence, sequence id)`` -> the chunks
+    that back-propagate (None: every chunk, SeCO)."""
     keep = check_recompute(ctx, name)
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     chunks, sequences = sequence_chunks(batch, ctx, chunk_size)
     selected = (frozenset(c.index for c in chunks) if select is None else
-                frozenset(c for ids in sequences for c in select(ids)))
+                frozenset(c for ids in sequences for c in select(ids, chunks[ids[0]].slices[0].seq)))
     orders: dict[int, list[Action]] = {}
     for stage in range(ctx.parallel.pp):
         for replica in range(ctx.parallel.dp):

@@ -27,8 +27,8 @@ Per sequence, k is its chunk count and t = min(budget, k). The choice is seeded 
 
 from __future__ import annotations
 
-import math
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
 from ltsim.errors import ConfigError
@@ -82,19 +82,14 @@ def factor(k: int, options: Options) -> float:
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
-    sequences: list[list[int]] = []
-
-    def choose(ids: list[int]) -> list[int]:  # sequences come in batch order: the index is the id
-        sequences.append(ids)
-        return select(ids, len(sequences) - 1, options)
-
-    schedule = chunked_schedule(batch, ctx, options.chunk_size, NAME, asdict(options), choose)
+    schedule = chunked_schedule(batch, ctx, options.chunk_size, NAME, asdict(options),
+                                lambda ids, seq: select(ids, seq, options))
     scales = []
     if options.compensation == "paper":
-        for ids in sequences:
-            f = factor(len(ids), options)
+        counts = Counter(c.slices[0].seq for c in schedule.chunks)  # k of each sequence
+        for c in sorted(schedule.grad_chunks):
+            f = factor(counts[schedule.chunks[c].slices[0].seq], options)
             if f != 1.0:
-                relay = min(f, options.cap) if math.isfinite(options.cap) else f
-                scales += [(c, f, relay) for c in ids if c in schedule.grad_chunks]
+                scales.append((c, f, min(f, options.cap)))
     return lower(replace(schedule, grad_scales=tuple(scales)),
                  Layout.of(ctx.parallel, ctx.model.num_layers))

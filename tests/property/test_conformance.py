@@ -39,6 +39,17 @@ NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching"}
 NO_FULL_RECOMPUTE = {"seco", "spaco"}
 
 
+def conformance_ctx(name: str, pp: int, dp: int, cp: int, recompute: str):
+    """The unit-preset context a strategy is checked in: DeepSpeed-based ones without pipeline
+    (with CP ranks and ZeRO-2), the others without CP; "full" recompute becomes "selective" for
+    the strategies that refuse it."""
+    if name in NO_FULL_RECOMPUTE and recompute == "full":
+        recompute = "selective"
+    if name in NO_PIPELINE:
+        return unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
+    return unit_ctx(pp=pp, dp=dp, recompute=recompute)
+
+
 def _cases():
     for name in sorted(REGISTRY):
         for options in SMALL_OPTIONS.get(name, [{}]):
@@ -52,13 +63,7 @@ def _cases():
        recompute=st.sampled_from(["none", "selective", "full"]))
 def test_strategy_conforms(name, options, p, dp, cp, lengths, recompute):
     strategy = REGISTRY[name]
-    if name in NO_FULL_RECOMPUTE and recompute == "full":
-        recompute = "selective"
-    if name in NO_PIPELINE:
-        ctx = unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
-        p = 1
-    else:
-        ctx = unit_ctx(pp=p, dp=dp, recompute=recompute)
+    ctx = conformance_ctx(name, p, dp, cp, recompute)
     plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
     covered = Counter()
     for op in plan.ops():

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from ltsim.costs import UnitCostModel
 from ltsim.sim import engine, replicas
 from ltsim.strategies import REGISTRY
-from tests.conftest import unit_ctx
-from tests.property.test_conformance import NO_FULL_RECOMPUTE, NO_PIPELINE, SMALL_OPTIONS
+from tests.property.test_conformance import SMALL_OPTIONS, conformance_ctx
 
 _PATH = Path(__file__).resolve().parents[2] / "validation" / "perf" / "recurrence.py"
 _SPEC = importlib.util.spec_from_file_location("recurrence", _PATH)
@@ -29,12 +28,7 @@ _SPEC.loader.exec_module(recurrence)
 
 def _plan(name, options, pp, dp, cp, lengths, recompute):
     strategy = REGISTRY[name]
-    if name in NO_FULL_RECOMPUTE and recompute == "full":
-        recompute = "selective"
-    if name in NO_PIPELINE:
-        ctx = unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
-    else:
-        ctx = unit_ctx(pp=pp, dp=dp, recompute=recompute)
+    ctx = conformance_ctx(name, pp, dp, cp, recompute)
     return strategy.plan(tuple(lengths), ctx, strategy.parse(options))
 
 
