@@ -25,6 +25,7 @@ class DeviceSpec:
     profile: str  # default profile directory, relative to the repository's profiles/
     host_memory_bytes: float  # host (CPU) memory per GPU: the node's memory / its GPUs
     host_link_bytes_per_s: float  # host <-> device copies, one direction (PCIe)
+    host_dram_bytes_per_s: float = 0.0  # the host's memory bandwidth per GPU (CPU optimizer steps)
     is_unit: bool = False
 
 
@@ -62,40 +63,50 @@ class ClusterSpec:
 # H200: H100 compute with 141 GB HBM3e at 4.8 TB/s.
 # Host side: DGX H100 and DGX H200 nodes carry 2 TB of system memory for 8 GPUs, DGX A100 1 TB (the
 # DGX datasheets); host copies use PCIe Gen5 x16 on H100/H200 and Gen4 x16 on A100, 64 and 32 GB/s
-# per direction nominal (PCI-SIG). The cpu preset copies at its memory bandwidth within its 24 GiB.
+# per direction nominal (PCI-SIG). Host memory bandwidth per GPU, for an optimizer stepping on the
+# CPU: DGX H100/H200 have two Xeon 8480C with 8 channels of DDR5-4800 each (38.4 GB/s a channel,
+# 614 GB/s a node, 76.8 GB/s per GPU); DGX A100 two EPYC 7742 with 8 channels of DDR4-3200 each
+# (25.6 GB/s a channel, 410 GB/s, 51.2 GB/s per GPU). The cpu preset copies at its memory
+# bandwidth within its 24 GiB.
 # RTX 3090 (SeCO/SpaCO's setting): 24 GB GDDR6X at 936 GB/s, 71 TFLOP/s dense bf16 with fp32
 # accumulation (NVIDIA GA102 whitepaper, Table 9), no NVLink switch: GPUs talk over PCIe 4.0 x16
 # (32 GB/s per direction, PCI-SIG); between nodes 100 Gb/s and host memory 64 GB per GPU (a 512 GB
-# 8-GPU server) are assumptions, as the paper states neither. Its profile is derived from the A100's
+# 8-GPU server, one socket of 8 DDR4-3200 channels: 25.6 GB/s per GPU) are assumptions, as the
+# paper states neither. Its profile is derived from the A100's
 # by these ratios (profiles/build_rtx3090.py).
 PRESETS: dict[str, DeviceSpec] = {
     "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
                                  intra_link_bytes_per_s=300 * GB, inter_link_bytes_per_s=25 * GB,
                                  profile="a100-sxm4-80gb", host_memory_bytes=1000 * GB / 8,
-                                 host_link_bytes_per_s=32 * GB),
+                                 host_link_bytes_per_s=32 * GB,
+                                 host_dram_bytes_per_s=16 * 25.6 * GB / 8),
     "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
                                  intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
                                  profile="h100-sxm5-80gb", host_memory_bytes=2000 * GB / 8,
-                                 host_link_bytes_per_s=64 * GB),
+                                 host_link_bytes_per_s=64 * GB,
+                                 host_dram_bytes_per_s=16 * 38.4 * GB / 8),
     "h200": DeviceSpec(name="h200", memory_bytes=141 * GB, peak_flops_per_s=989 * TFLOPS,
                        hbm_bytes_per_s=4.8e12, intra_link_bytes_per_s=450 * GB,
                        inter_link_bytes_per_s=50 * GB, profile="h200",
-                       host_memory_bytes=2000 * GB / 8, host_link_bytes_per_s=64 * GB),
+                       host_memory_bytes=2000 * GB / 8, host_link_bytes_per_s=64 * GB,
+                       host_dram_bytes_per_s=16 * 38.4 * GB / 8),
     "rtx-3090": DeviceSpec(name="rtx-3090", memory_bytes=24 * GiB, peak_flops_per_s=71 * TFLOPS,
                            hbm_bytes_per_s=936 * GB, intra_link_bytes_per_s=32 * GB,
                            inter_link_bytes_per_s=12.5 * GB, profile="rtx-3090",
-                           host_memory_bytes=64 * GB, host_link_bytes_per_s=32 * GB),
+                           host_memory_bytes=64 * GB, host_link_bytes_per_s=32 * GB,
+                           host_dram_bytes_per_s=8 * 25.6 * GB / 8),
     "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.1 * TFLOPS,
                       hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
                       inter_link_bytes_per_s=1 * GB, profile="cpu-ci", host_memory_bytes=24 * GiB,
-                      host_link_bytes_per_s=10 * GB),
+                      host_link_bytes_per_s=10 * GB, host_dram_bytes_per_s=10 * GB),
     # The seed papers' hand-drawn examples: forward = tokens seconds, backward = 2x, free comm,
     # one byte of activation per token (DESIGN.md section 4).
     "unit": DeviceSpec(name="unit", memory_bytes=2**62, peak_flops_per_s=0.0, hbm_bytes_per_s=0.0,
                        intra_link_bytes_per_s=float("inf"), inter_link_bytes_per_s=float("inf"),
                        profile="", host_memory_bytes=2**62, host_link_bytes_per_s=float("inf"),
+                       host_dram_bytes_per_s=float("inf"),
                        is_unit=True),
 }
 

@@ -20,6 +20,7 @@ Conventions
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ltsim.errors import ConfigError
@@ -31,6 +32,7 @@ from ltsim.units import GiB, dtype_bytes
 FP32_BYTES = 4
 TOKEN_ID_BYTES = 8  # int64 input ids (Megatron-LM theoretical_memory_usage: "8 * s * b")
 DROPOUT_MASK_BYTES = 1  # one byte per element (Korthikanti et al. 2022, section 4.1)
+LOSS_TILE_BYTES = GiB  # ALST's TiledFusedLogitsLoss: ceil(b s V 4 B / 1 GiB) shards (PAPERS.md 6.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,9 +48,11 @@ class StaticMemory:
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
+    host_bytes: float = 0.0  # gradients and optimizer state offloaded to host memory (not in total)
 
     @property
     def total_bytes(self) -> float:
+        """Bytes on the device."""
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
@@ -121,7 +125,7 @@ def optimizer_bytes_per_param(model: ModelSpec, optimizer_dtype: str = "fp32") -
 
 def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layers: int,
                         has_embedding: bool, has_head: bool, distributed_optimizer: bool = True,
-                        fp32_grads: bool = True) -> StaticMemory:
+                        fp32_grads: bool = True, offload_optimizer: bool = False) -> StaticMemory:
     """Weights, gradients and optimizer state on one GPU of a stage holding ``num_layers`` layers.
 
     ZeRO shards over the dp * cp ranks that hold the same parameters (Megatron's distributed
@@ -130,7 +134,10 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     ZeRO, section 5). With zero_stage 1 and fp32 gradients this is Megatron's 6 + 12/dp bytes per
     parameter. ``distributed_optimizer=False`` ignores ``parallel.zero_stage`` and replicates
     everything (Megatron without --use-distributed-optimizer: 18 B/param). ``fp32_grads=False``
-    keeps gradients in the model dtype (DeepSpeed / FlexSP's 16 B/param).
+    keeps gradients in the model dtype (DeepSpeed / FlexSP's 16 B/param). ``offload_optimizer``
+    (DeepSpeed ZeRO-Offload, Ren et al. 2021, as ALST's recipes run it): the optimizer state and
+    the fp32 gradient partitions live in host memory (``host_bytes``), the device keeps the weights
+    (the gradient buckets in flight to the host are transient and not counted).
     Raises ConfigError when num_layers is outside [0, model.num_layers].
     """
     num_params = stage_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
@@ -147,11 +154,15 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
         return params * bytes_per_param / (num_shards if stage >= from_stage else 1)
 
     adapters = trained if model.lora_rank else 0.0  # LoRA adds its adapters to the frozen weights
-    return StaticMemory(num_parameters=trained,
-                        weights_bytes=sharded(num_params + adapters, weight_bytes, 3),
-                        grads_bytes=sharded(trained, grad_bytes, 2),
-                        optimizer_bytes=sharded(trained, optimizer_bytes_per_param(
-                            model, parallel.optimizer_dtype), 1))
+    grads = sharded(trained, grad_bytes, 2)
+    optimizer = sharded(trained, optimizer_bytes_per_param(model, parallel.optimizer_dtype), 1)
+    weights = sharded(num_params + adapters, weight_bytes, 3)
+    if offload_optimizer:
+        host = sharded(trained, max(FP32_BYTES, weight_bytes), 1) + optimizer  # fp32 partitions
+        return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=0.0,
+                            optimizer_bytes=0.0, host_bytes=host)
+    return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=grads,
+                        optimizer_bytes=optimizer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,13 +210,15 @@ def layer_activation_parts(model: ModelSpec, recompute: str) -> tuple[float, flo
 
 
 def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, num_layers: int,
-                               recompute: str) -> float:
+                               recompute: str, tiled_mlp: bool = False) -> float:
     """Bytes per chunk token kept from forward to backward for ``num_layers`` layers on one GPU.
 
     Per layer (see ``layer_activation_parts``), with FlashAttention:
       "none" / "selective": (replicated / sp + sharded / tp + kv / kv_split) / cp, where sp = tp
         with sequence parallelism (Korthikanti Table 2: 34sbh/t with SP, sbh(10 + 24/t) without);
       "full": the layer input, e*h / sp / cp (Table 2's 2sbh, sharded along the sequence by SP).
+    ``tiled_mlp``: the MLP keeps only its input (ALST's TiledMLP re-runs each shard's forward in
+    backward), so its intermediates (``mlp_activation_bytes_per_token``) are not kept.
     The embedding input and the logits are separate: ``embedding_bytes_per_token``,
     ``logits_bytes_per_token``. Raises ConfigError on a bad recompute or num_layers.
     """
@@ -213,7 +226,50 @@ def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, nu
     replicated, sharded, kv = layer_activation_parts(model, recompute)
     per_layer = (replicated / _sp_divisor(parallel) + sharded / parallel.tp) / parallel.cp
     per_layer += kv / _kv_divisor(model, parallel)
+    if tiled_mlp and recompute != "full":
+        per_layer -= mlp_activation_bytes_per_token(model, parallel)
     return num_layers * per_layer
+
+
+def mlp_activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """The MLP intermediates one layer keeps per chunk token (the 3ef of SwiGLU, 2ef of GELU in
+    ``layer_activation_parts``), split over tp and cp."""
+    e, f = dtype_bytes(model.dtype), model.ffn_hidden_size
+    return (3 if model.gated_mlp else 2) * e * f / parallel.tp / parallel.cp
+
+
+def mlp_tile_tokens(model: ModelSpec, local_tokens: int) -> int:
+    """Tokens of one TiledMLP shard: ALST splits a rank's s_local tokens into ceil(s_local / hidden)
+    shards (arctic_training's TiledMLP, PAPERS.md 6.1 [code]): about ``hidden`` tokens each."""
+    shards = max(1, math.ceil(local_tokens / model.hidden_size))
+    return math.ceil(local_tokens / shards)
+
+
+def loss_tile_tokens(model: ModelSpec, parallel: ParallelConfig, local_tokens: int) -> int:
+    """Tokens of one tiled logits+loss shard: ceil(s_local V 4 B / 1 GiB) shards (ALST's
+    TiledFusedLogitsLoss), so each shard's fp32 logits are about 1 GiB."""
+    logits = local_tokens * model.vocab_size / parallel.tp * FP32_BYTES
+    return math.ceil(local_tokens / max(1, math.ceil(logits / LOSS_TILE_BYTES)))
+
+
+def tiled_mlp_working_bytes(model: ModelSpec, parallel: ParallelConfig, *, tokens: int,
+                            backward: bool) -> float:
+    """Transient bytes of a tiled MLP on one GPU: one shard's intermediates, and in backward also
+    their gradients (the shard's forward is re-run with grad, then back-propagated)."""
+    tile = mlp_tile_tokens(model, math.ceil(tokens / parallel.cp))
+    per_token = mlp_activation_bytes_per_token(model, ParallelConfig(tp=parallel.tp))
+    return tile * per_token * (2 if backward else 1)
+
+
+def tiled_loss_working_bytes(model: ModelSpec, parallel: ParallelConfig, *, tokens: int,
+                             backward: bool) -> float:
+    """Transient bytes of a tiled logits+loss on one GPU: one shard's fp32 logits plus the loss's
+    working set on them (``loss_working_bytes_per_token``); backward re-runs the shard's forward."""
+    tile = loss_tile_tokens(model, parallel, math.ceil(tokens / parallel.cp))
+    per_token = (FP32_BYTES * model.vocab_size / parallel.tp
+                 + loss_working_bytes_per_token(model, ParallelConfig(tp=parallel.tp),
+                                                backward=backward))
+    return tile * per_token
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
@@ -251,15 +307,18 @@ def embedding_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> flo
     return (TOKEN_ID_BYTES + (dropout if model.has_dropout else 0.0)) / parallel.cp
 
 
-def logits_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+def logits_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
+                           tiled: bool = False) -> float:
     """Last stage: final-norm input and LM-head input (e*h each, SP-sharded), fp32 logits kept for
     the cross-entropy backward (4 * vocab / tp: Megatron's vocab-parallel cross entropy saves the
     fp32 softmax) and the fp32 per-token loss. Megatron-LM theoretical_memory_usage.py counts
     "Inputs to output layer and CE loss" as 4sbh(1 + V/h) / t, the same bytes less the loss.
+    ``tiled`` (ALST's tiled logits+loss): the logits are recomputed shard by shard in backward,
+    so only the inputs and the loss are kept.
     """
     e, h = dtype_bytes(model.dtype), model.hidden_size
     inputs = 2 * e * h / _sp_divisor(parallel)
-    logits = FP32_BYTES * model.vocab_size / parallel.tp
+    logits = 0.0 if tiled else FP32_BYTES * model.vocab_size / parallel.tp
     return (inputs + logits + FP32_BYTES) / parallel.cp
 
 

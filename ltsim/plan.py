@@ -30,11 +30,11 @@ from enum import Enum
 from typing import Any, Iterator, NamedTuple
 
 from ltsim.errors import PlanError
-from ltsim.work import Buffer, Chunk, Comm, Keep, Slice, Split, Work
+from ltsim.work import NO_TILING, Buffer, Chunk, Comm, Keep, Slice, Split, Tiling, Work
 
-__all__ = ["BUSY_KINDS", "KINDS", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
+__all__ = ["BUSY_KINDS", "KINDS", "NO_TILING", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
            "Comm", "Device", "KindInfo", "Keep", "Op", "OpKey", "OpKind", "Plan", "Program", "Slice",
-           "Split", "Work", "make_op", "op_key", "parse_token"]
+           "Split", "Tiling", "Work", "make_op", "op_key", "parse_token"]
 
 
 class OpKind(str, Enum):
@@ -203,7 +203,9 @@ class Device:
     (``cp_width`` = 1, ``cp_rank`` >= 0: ranks doing different work, Skrull). It holds the
     parameters of ``layers`` (+ embedding / LM head), split over ``tp``, with ZeRO stage
     ``zero_stage`` sharding its states over ``num_shards`` ranks, gradients and Adam state in
-    ``grad_dtype`` / ``optimizer_dtype`` ("fp32" or "model"). Every number is per GPU."""
+    ``grad_dtype`` / ``optimizer_dtype`` ("fp32" or "model"); ``offload_optimizer``: its fp32
+    gradients and optimizer state live in host memory and the optimizer steps on the CPU (DeepSpeed
+    ZeRO-Offload). Every number is per GPU."""
 
     index: int
     stage: int
@@ -218,6 +220,7 @@ class Device:
     num_shards: int = 1
     grad_dtype: str = "fp32"  # ParallelConfig's: the gradients' and the optimizer state's dtypes
     optimizer_dtype: str = "fp32"
+    offload_optimizer: bool = False
 
     @property
     def num_layers(self) -> int:

@@ -40,13 +40,15 @@ class Trace:
 
     ``memory`` holds (time_s, device, bytes) samples taken after every change; ``static_bytes`` the
     per-device level before the first op; ``host_memory`` the same for host memory (offloaded
-    buffers), from 0. Memory is per GPU of the device.
+    buffers), from ``host_static_bytes`` (an offloaded optimizer's state; 0 when empty). Memory
+    is per GPU of the device.
     """
 
     events: tuple[Event, ...]
     memory: tuple[tuple[float, int, int], ...]
     static_bytes: tuple[int, ...]
     host_memory: tuple[tuple[float, int, int], ...] = ()
+    host_static_bytes: tuple[int, ...] = ()
     source: str = "simulated"  # or "measured"
 
     @property
@@ -65,7 +67,7 @@ class Trace:
         return peaks
 
     def peak_host_memory_bytes(self) -> list[int]:
-        peaks = [0] * self.num_devices
+        peaks = list(self.host_static_bytes) or [0] * self.num_devices
         for _, device, level in self.host_memory:
             if level > peaks[device]:
                 peaks[device] = level

@@ -80,12 +80,25 @@ class Split(NamedTuple):
     sp: bool = True
 
 
+class Tiling(NamedTuple):
+    """Sequence tiling of token-wise parts of a work (ALST's TiledCompute, PAPERS.md 6.1): ``mlp``
+    runs each layer's MLP over shards of ceil(T / hidden) tokens under no-grad and re-runs each
+    shard's forward in backward, so the MLP's activations are never kept; ``loss`` does the same
+    for the LM head's logits and loss, in shards of about 1 GiB of fp32 logits."""
+
+    mlp: bool = False
+    loss: bool = False
+
+
+NO_TILING = Tiling()
+
+
 @dataclass(frozen=True, slots=True, eq=True)
 class Work:
     """What a compute op (or a buffer, or a comm op's tensor) covers: the slices of one chunk on a
     layer range, split as ``split`` says; ``embed``/``head``: it includes the embedding / the LM
-    head and loss. A Work with no slices stands for the parameters of its layers (gradients,
-    ZeRO gathers)."""
+    head and loss; ``tiling``: which token-wise parts run tiled. A Work with no slices stands for
+    the parameters of its layers (gradients, ZeRO gathers)."""
 
     chunk: int
     slices: tuple[Slice, ...]
@@ -93,6 +106,7 @@ class Work:
     split: Split = Split()
     embed: bool = False
     head: bool = False
+    tiling: Tiling = NO_TILING
     _hash: int = field(default=0, init=False, repr=False, compare=False)
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
 
@@ -101,7 +115,8 @@ class Work:
         # lookup dominated the replay, so the hash is computed once
         value = self._hash
         if not value:
-            value = hash((self.chunk, self.slices, self.layers, self.split, self.embed, self.head)) or 1
+            value = hash((self.chunk, self.slices, self.layers, self.split, self.embed, self.head,
+                          self.tiling)) or 1
             object.__setattr__(self, "_hash", value)
         return value
 

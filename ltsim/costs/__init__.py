@@ -58,6 +58,10 @@ class CostModel(Protocol):
         """Weights, gradients and optimizer state on one GPU of ``device``."""
         ...
 
+    def static_host_bytes(self, device: Device) -> int:
+        """Gradients and optimizer state ``device`` keeps in host memory (optimizer offload)."""
+        ...
+
     def model_flops(self, chunk: Chunk, *, backward: bool = True) -> float:
         """Training FLOPs (forward + backward, no recompute) of one chunk over the whole model;
         the forward alone with ``backward=False`` (a chunk that gets no gradient)."""

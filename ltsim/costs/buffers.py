@@ -13,7 +13,7 @@ from functools import lru_cache
 import ltsim.memory as mem
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import Buffer, Device, Keep, Split
+from ltsim.plan import NO_TILING, Buffer, Device, Keep, Split, Tiling
 from ltsim.units import dtype_bytes
 
 _RECOMPUTE = {Keep.ALL: "none", Keep.SELECTIVE: "selective", Keep.INPUT: "full"}
@@ -33,7 +33,7 @@ class BufferCosts:
     def bytes(self, buffer: Buffer) -> int:
         work = buffer.work
         per_token = self.per_token(buffer.kind, buffer.keep, work.num_layers, work.split,
-                                   work.embed, work.head)
+                                   work.embed, work.head, work.tiling)
         total = per_token * work.num_tokens
         if buffer.kind == "act" and buffer.keep in (Keep.ALL, Keep.SELECTIVE):
             # A slice with context attends to K/V concatenated from its earlier chunks and its own;
@@ -43,20 +43,21 @@ class BufferCosts:
             context = sum(s.start for s in work.slices)
             if context:
                 total += context * self.per_token("kv", Keep.ALL, work.num_layers, work.split,
-                                                  False, False)
+                                                  False, False, NO_TILING)
         return int(total)
 
     def _per_token(self, kind: str, keep: Keep, layers: int, split: Split, embed: bool,
-                   head: bool) -> float:
+                   head: bool, tiling: Tiling) -> float:
         """Bytes per token of the work (the work's tokens, split over cp as memory.py counts)."""
         m, par = self.model, as_parallel(split)
         if kind == "act":
             value = mem.activation_bytes_per_token(m, par, num_layers=layers,
-                                                   recompute=_RECOMPUTE.get(keep, "none"))
+                                                   recompute=_RECOMPUTE.get(keep, "none"),
+                                                   tiled_mlp=tiling.mlp)
             if embed:
                 value += mem.embedding_bytes_per_token(m, par)
             if head:
-                value += mem.logits_bytes_per_token(m, par)
+                value += mem.logits_bytes_per_token(m, par, tiled=tiling.loss)
             return value
         if kind == "ckpt":
             return mem.activation_bytes_per_token(m, par, num_layers=layers, recompute="full")
@@ -69,15 +70,26 @@ class BufferCosts:
         raise ValueError(f"unknown buffer kind {kind!r}")
 
     def working_bytes(self, kind, work) -> int:
-        """Transient bytes of one op beyond its buffers: the LM head's loss (memory.py)."""
-        if not work.head or kind.value not in ("F", "B", "R"):
+        """Transient bytes of one op beyond its buffers (memory.py): the LM head's loss over the
+        whole work, or over one tile when the loss is tiled; a tiled MLP's one shard (its layers
+        run one at a time, so one shard whatever their number). The larger of the two: the head
+        runs after the layers."""
+        if kind.value not in ("F", "B", "R"):
             return 0
-        per_token = mem.loss_working_bytes_per_token(self.model, as_parallel(work.split),
-                                                     backward=kind.value == "B")
-        return int(per_token * work.num_tokens)
+        backward = kind.value == "B"
+        par, tiling, tokens = as_parallel(work.split), work.tiling, work.num_tokens
+        mlp = loss = 0.0
+        if tiling.mlp and work.num_layers:
+            mlp = mem.tiled_mlp_working_bytes(self.model, par, tokens=tokens, backward=backward)
+        if work.head and tiling.loss:
+            loss = mem.tiled_loss_working_bytes(self.model, par, tokens=tokens, backward=backward)
+        elif work.head:
+            loss = tokens * mem.loss_working_bytes_per_token(self.model, par, backward=backward)
+        return int(max(mlp, loss))
 
     def static_bytes(self, device: Device) -> mem.StaticMemory:
         par = ParallelConfig(tp=device.tp, dp=device.num_shards, zero_stage=device.zero_stage,
                              grad_dtype=device.grad_dtype, optimizer_dtype=device.optimizer_dtype)
         return mem.static_memory_bytes(self.model, par, num_layers=device.num_layers,
-                                       has_embedding=device.embed, has_head=device.head)
+                                       has_embedding=device.embed, has_head=device.head,
+                                       offload_optimizer=device.offload_optimizer)

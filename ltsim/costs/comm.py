@@ -5,7 +5,8 @@ Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V wi
 - "kv" (ring CP): per layer and step, the K/V shard T/cp x 2 kv_h/tp x e, one P2P per step
   (cp - 1 steps forward, twice that backward as dK/dV travel too), times the work's layers;
 - "qkvo" (Ulysses): per layer, all-to-alls of Q, K, V in and the output back,
-  T/cp x (2h + 2 kv_h)/tp x e, times the layers;
+  T/cp x (2h + 2 kv_h)/tp x e, times the layers, with K/V heads replicated up to tp x cp when the
+  model has fewer (ALST's rule, PAPERS.md 6.4: (s/SP)(h_q + 2 max(h_kv, SP) d) 2 B with h_q + out);
 - "grads": the layers' trained parameters (all, or LoRA's adapters) in fp32 (Megatron's main
   gradients), reduce-scatter (ZeRO >= 1) or all-reduce; "model_grads": the same in the model dtype (``parallel.grad_dtype = "model"``);
   "params": the parameters in the model dtype, all-gather (ZeRO's gathers);
@@ -56,8 +57,9 @@ class CommCosts:
             return tokens * m.hidden_size * self.e / sp, comm.steps
         if comm.tensor == "kv":
             return tokens * 2 * m.kv_hidden_size / split.tp * self.e, comm.steps * work.num_layers
-        if comm.tensor == "qkvo":
-            width = (2 * m.hidden_size + 2 * m.kv_hidden_size) / split.tp
+        if comm.tensor == "qkvo":  # K/V heads replicated up to the tp x cp ranks when fewer
+            kv_hidden = max(m.num_kv_heads, split.tp * split.cp) * m.head_dim
+            width = (2 * m.hidden_size + 2 * kv_hidden) / split.tp
             return tokens * width * self.e, comm.steps * work.num_layers
         if comm.tensor in ("grads", "model_grads", "params"):
             count = stage_parameters_per_gpu if comm.tensor == "params" else trainable_parameters_per_gpu

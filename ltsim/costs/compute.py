@@ -20,6 +20,10 @@ backward = 2 x forward GEMMs + attention backward (table) + elementwise backward
 W (weight gradient split from B) = the forward GEMMs again
 LM head and loss (a work with ``head``): (T, h) @ (h, V/tp), plus reading and writing fp32 logits
   three times (softmax, loss, gradient) through HBM; doubled GEMM in backward.
+Sequence tiling (``work.tiling``, ALST): a tiled MLP runs its up and down GEMMs per shard of
+  memory.mlp_tile_tokens tokens, and its backward re-runs each shard's forward first (GEMMs and the
+  activation), so B adds one MLP forward per layer; a tiled loss likewise runs the head per shard
+  of memory.loss_tile_tokens tokens and re-runs its forward in backward.
 
 ``part`` "attn" is the attention term alone (the part ring CP overlaps), "dense" the rest.
 Eager overhead: an F, R or B op takes at least the profile's measured floor for its kind and
@@ -34,10 +38,12 @@ from functools import lru_cache
 
 import numpy as np
 
+import ltsim.memory as mem
 from ltsim.costs.eager import eager_costs
 from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
+from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Split, Work
 from ltsim.profiles import Profile, read_table
 from ltsim.units import dtype_bytes
@@ -83,14 +89,16 @@ class ComputeCosts:
         if part == "attn":
             return attn
         tokens = max(1, -(-work.num_tokens // split.cp))
-        gemm, elem_fwd, elem_bwd, tp_comm = self.layer_s(tokens, split.tp, split.sp)
+        tiling = work.tiling
+        gemm, elem_fwd, elem_bwd, tp_comm, mlp_fwd = self.layer_s(tokens, split.tp, split.sp,
+                                                                  tiling.mlp)
         if kind is OpKind.W:
             return layers * gemm
         grads = 1.0 if self.model.lora_rank else 2.0  # frozen weights: no weight-gradient GEMMs
-        dense = (grads * gemm + elem_bwd) if backward else (gemm + elem_fwd)
+        dense = (grads * gemm + elem_bwd + mlp_fwd) if backward else (gemm + elem_fwd)
         total = attn + layers * (dense + tp_comm)
         if work.head:
-            total += self.head_s(tokens, split.tp, backward)
+            total += self.head_s(tokens, split.tp, backward, tiling.loss)
         return total
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -102,17 +110,22 @@ class ComputeCosts:
         table = self.profile.gemm_time_s(m, n, k, self.model.dtype)
         return max(table, k * n * self.e / self.cluster.device.hbm_bytes_per_s)
 
-    def _layer_s(self, tokens: int, tp: int, sp: bool) -> tuple[float, float, float, float]:
-        """(GEMM, elementwise forward, elementwise backward, TP collective) seconds of one layer."""
+    def _layer_s(self, tokens: int, tp: int, sp: bool, tiled_mlp: bool = False
+                 ) -> tuple[float, float, float, float, float]:
+        """(GEMM, elementwise forward, elementwise backward, TP collective, tiled MLP's forward
+        re-run in backward) seconds of one layer."""
         m, h = self.model, self.model.hidden_size
         g = 2 if m.arch == "llama" else 1
+        tile = mem.mlp_tile_tokens(m, tokens) if tiled_mlp else tokens
+        shards = -(-tokens // tile)
+        mlp = shards * (self._gemm(tile, g * m.ffn_hidden_size / tp, h)
+                        + self._gemm(tile, h, m.ffn_hidden_size / tp))
         gemm = (self._gemm(tokens, (h + 2 * m.kv_hidden_size) / tp, h)
-                + self._gemm(tokens, h, h / tp)
-                + self._gemm(tokens, g * m.ffn_hidden_size / tp, h)
-                + self._gemm(tokens, h, m.ffn_hidden_size / tp))
+                + self._gemm(tokens, h, h / tp) + mlp)
         elem_fwd, elem_bwd = self._elementwise_s(tokens, tp)
+        rerun = mlp + self._activation_s(tokens, tp) if tiled_mlp else 0.0
         if tp == 1:
-            return gemm, elem_fwd, elem_bwd, 0.0
+            return gemm, elem_fwd, elem_bwd, 0.0, rerun
         act_bytes = tokens * h * self.e
         scope = "intra" if tp <= self.cluster.gpus_per_node else "inter"
         coll = self.profile.collective_time_s
@@ -121,7 +134,7 @@ class ComputeCosts:
                         + coll("reduce_scatter", group_size=tp, scope=scope, num_bytes=int(act_bytes)))
         else:
             comm = 2 * coll("all_reduce", group_size=tp, scope=scope, num_bytes=int(act_bytes))
-        return gemm, elem_fwd, elem_bwd, comm
+        return gemm, elem_fwd, elem_bwd, comm, rerun
 
     def _elementwise_s(self, tokens: int, tp: int) -> tuple[float, float]:
         """Norms, residual adds, RoPE and the MLP activation of one layer (forward, backward):
@@ -138,6 +151,15 @@ class ComputeCosts:
         moved = tokens * (10 * m.hidden_size + 3 * g * m.ffn_hidden_size / tp) * self.e
         fwd = moved / self.cluster.device.hbm_bytes_per_s
         return fwd, 2 * fwd
+
+    def _activation_s(self, tokens: int, tp: int) -> float:
+        """The MLP activation's forward (SwiGLU from elementwise.csv, else its bytes / HBM)."""
+        m = self.model
+        curve = self._elementwise.get(("swiglu", m.ffn_hidden_size // tp, "fwd"))
+        if curve is not None:
+            return _interp(curve, tokens)
+        g = 2 if m.arch == "llama" else 1
+        return tokens * 3 * g * m.ffn_hidden_size / tp * self.e / self.cluster.device.hbm_bytes_per_s
 
     def _attention_s(self, q: int, kv: int, pass_: str, split: Split) -> float:
         """One layer's attention kernel over one slice on one GPU (CP splits the work or heads)."""
@@ -160,12 +182,16 @@ class ComputeCosts:
                                                         num_kv_heads=kv_heads, head_dim=m.head_dim,
                                                         pass_=pass_)
 
-    def _head_s(self, tokens: int, tp: int, backward: bool) -> float:
+    def _head_s(self, tokens: int, tp: int, backward: bool, tiled: bool = False) -> float:
         m = self.model
-        gemm = self._gemm(tokens, m.vocab_size / tp, m.hidden_size)
+        tile = mem.loss_tile_tokens(m, ParallelConfig(tp=tp), tokens) if tiled else tokens
+        gemm = -(-tokens // tile) * self._gemm(tile, m.vocab_size / tp, m.hidden_size)
         logits = tokens * m.vocab_size / tp * FP32_BYTES * 3 / self.cluster.device.hbm_bytes_per_s
         frozen = self.model.lora_rank > 0  # the LM head is frozen under LoRA: input gradient only
-        return (1.0 if frozen or not backward else 2.0) * gemm + logits
+        total = (1.0 if frozen or not backward else 2.0) * gemm + logits
+        if tiled and backward:  # each shard's logits are computed again before their gradient
+            total += gemm + logits / 3
+        return total
 
 
 @lru_cache(maxsize=16)  # per profile, as load_profile caches the profile (a sweep builds many models)

@@ -6,7 +6,10 @@ copies: comm.py; buffers and static memory: buffers.py.
 
 OPT = optimizer step: ~28 bytes per local parameter shard through HBM (Adam over fp32 master
 weights: read param, grad, m, v (16 B), write param, m, v (12 B)); the shard is 1/num_shards of
-the device's parameters from ZeRO stage 1 on. With ``optimizer_dtype = "model"`` (Adam state in the
+the device's parameters from ZeRO stage 1 on. With the optimizer offloaded (ZeRO-Offload's
+CPU-Adam), those 28 B plus the model-dtype copy it writes go through the host's memory bandwidth
+per GPU (a roofline floor: a measured CPU-Adam is slower), and the updated weights go back to the
+device over the host link. With ``optimizer_dtype = "model"`` (Adam state in the
 parameters' dtype, the executor's convention) and a profile with optimizer.csv, the measured step
 time instead (costs/eager.py).
 
@@ -26,6 +29,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
 from ltsim.profiles import load_profile
+from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
 
@@ -59,9 +63,14 @@ class TableCostModel:
     def optimizer_s(self, device: Device) -> float:
         params = self._buffers.static_bytes(device).num_parameters
         shards = device.num_shards if device.zero_stage >= 1 else 1
+        spec = self.cluster.device
+        if device.offload_optimizer:
+            e = dtype_bytes(self.model.dtype)
+            return params / shards * ((OPT_BYTES_PER_PARAM + e) / spec.host_dram_bytes_per_s
+                                      + e / spec.host_link_bytes_per_s)
         if device.optimizer_dtype == "model" and self._optimizer_rate is not None:
             return self._optimizer_rate.time_s(params / shards)  # measured (costs/eager.py)
-        return params / shards * OPT_BYTES_PER_PARAM / self.cluster.device.hbm_bytes_per_s
+        return params / shards * OPT_BYTES_PER_PARAM / spec.hbm_bytes_per_s
 
     def buffer_bytes(self, buffer: Buffer) -> int:
         return self._buffers.bytes(buffer)
@@ -73,6 +82,9 @@ class TableCostModel:
 
     def static_memory_bytes(self, device: Device) -> int:
         return int(self._buffers.static_bytes(device).total_bytes)
+
+    def static_host_bytes(self, device: Device) -> int:
+        return int(self._buffers.static_bytes(device).host_bytes)
 
     def static_memory(self, device: Device) -> mem.StaticMemory:
         """The static memory split into weights, gradients and optimizer state (ltsim maxlen)."""

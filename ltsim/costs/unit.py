@@ -48,6 +48,9 @@ class UnitCostModel:
     def static_memory_bytes(self, device: Device) -> int:
         return 0
 
+    def static_host_bytes(self, device: Device) -> int:
+        return 0
+
     def model_flops(self, chunk: Chunk, *, backward: bool = True) -> float:
         return 0.0
 

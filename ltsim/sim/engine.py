@@ -63,15 +63,16 @@ class Compiled:
     """A plan as the replay reads it: per op, its stream position, duration, memory deltas and
     the integer ids of what it waits for. Built once per plan (``compile_plan``)."""
 
-    __slots__ = ("plan", "ops", "programs", "steps", "static")
+    __slots__ = ("plan", "ops", "programs", "steps", "static", "host_static")
 
     def __init__(self, plan: Plan, ops: list[Op], programs: list[tuple[int, str, int, int]],
-                 steps: list[tuple], static: list[int]) -> None:
+                 steps: list[tuple], static: list[int], host_static: list[int]) -> None:
         self.plan = plan
         self.ops = ops  # in plan order: op id = position
         self.programs = programs  # (device, stream, first op id, stop op id)
         self.steps = steps  # per op: (dur, alloc, host_alloc, free, host_free, deps, start_deps, coll)
         self.static = static
+        self.host_static = host_static  # per device: what it keeps in host memory throughout
 
 
 def _shape(work) -> tuple:
@@ -159,7 +160,8 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
         programs.append((program.device, program.stream, first, stop))
         first = stop
     static = [cost.static_memory_bytes(d) for d in plan.devices]
-    return Compiled(plan, ops, programs, steps, static)
+    host_static = [cost.static_host_bytes(d) for d in plan.devices]
+    return Compiled(plan, ops, programs, steps, static, host_static)
 
 
 class Engine:
@@ -290,9 +292,9 @@ def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
     events.sort(key=lambda e: (e.start_s, e.device, e.stream))
     static = compiled.static
     memory = _levels(compiled.programs, mem, static)
-    host_memory = _levels(compiled.programs, host_mem, [0] * len(static))
+    host_memory = _levels(compiled.programs, host_mem, compiled.host_static)
     return Trace(events=tuple(events), memory=memory, static_bytes=tuple(static),
-                 host_memory=host_memory)
+                 host_memory=host_memory, host_static_bytes=tuple(compiled.host_static))
 
 
 def _release_first(change: tuple[float, int]) -> tuple[float, bool]:

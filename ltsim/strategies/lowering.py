@@ -7,9 +7,9 @@ per device and stream) to a new Draft:
 - ``compute_ops``: actions -> compute ops carrying their Work and Buffers (Mem resolved);
 - ``add_p2p``: SEND_F after the forward that covers a stage's last layer, SEND_B after the backward
   that covers its first, and the receivers' dependencies; sends ordered as their producers run;
-- ``add_zero3_gathers``: ZeRO-3 parameter all-gathers on the coll stream, each prefetched one
-  compute op ahead of the op that needs it (a device-local approximation: the gathers of one stage
-  do not wait for the other shards' devices);
+- ``add_zero3_gathers``: ZeRO-3 parameter all-gathers of each compute op's layers on the coll
+  stream, each prefetched one compute op ahead of the op that needs it (a device-local
+  approximation: the gathers of one stage do not wait for the other shards' devices);
 - ``split_cp``: an op whose work is CP-sharded becomes its attention part and the rest ("attn",
   "dense"); ring CP runs its K/V exchange on the cp stream, started with the attention part, and
   the rest waits for it (per layer: dense + max(attention, exchange)); Ulysses runs its
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ltsim.plan import (STREAMS, WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program,
+from ltsim.plan import (NO_TILING, STREAMS, WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program,
                         Split, Work, make_op, op_key)
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule
 
@@ -62,7 +62,8 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         works: dict = {}  # one Work per distinct value: F and B of a chunk share it
         effects: dict = {}  # and one Buffer per distinct buffer (_resolve)
         for action in schedule.orders.get(device.index, ()):
-            wkey = (action.chunk, action.layers, action.slices, action.split, action.head)
+            wkey = (action.chunk, action.layers, action.slices, action.split, action.head,
+                    action.tiling)
             work = works.get(wkey)
             if work is None:
                 work = works[wkey] = _work(action, chunks[action.chunk].slices, action.chunk,
@@ -97,21 +98,22 @@ def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) ->
     return Work(chunk=chunk, slices=action.slices or slices, layers=layers,
                 split=action.split or layout.split,
                 embed=device.embed and layers[0] == device.layers[0],
-                head=device.head and action.head and layers[1] == device.layers[1])
+                head=device.head and action.head and layers[1] == device.layers[1],
+                tiling=action.tiling)
 
 
 def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks) -> Buffer:
     if mem.chunk >= 0 and mem.chunk != action.chunk:
         work = Work(chunk=mem.chunk, slices=chunks[mem.chunk].slices, layers=work.layers,
-                    split=work.split, embed=work.embed, head=work.head)
+                    split=work.split, embed=work.embed, head=work.head, tiling=work.tiling)
     if mem.layers is not None:  # part of the action's layers: embedding / head only at its ends
         work = replace(work, layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
                        head=work.head and mem.layers[1] == work.layers[1])
     if mem.one_layer:  # a full recompute's working set: one layer, plus embedding input and logits
         first = work.layers[0]
         work = replace(work, layers=(first, first + 1), embed=device.embed, head=device.head)
-    if mem.kind != "act":  # only activations depend on the keep policy and the embedding / head
-        if work.embed or work.head:
+    if mem.kind != "act":  # only activations depend on the keep policy, embedding / head, tiling
+        if work.embed or work.head or work.tiling != NO_TILING:
             work = Work(chunk=work.chunk, slices=work.slices, layers=work.layers, split=work.split)
         return Buffer(mem.kind, work, Keep.ALL, mem.host)
     return Buffer(mem.kind, work, mem.keep or action.keep, mem.host)
@@ -174,13 +176,20 @@ def add_zero3_gathers(draft: Draft) -> Draft:
     for device in draft.schedule.devices:
         if device.zero_stage < 3 or device.num_shards <= 1:
             continue
-        params = _params_work(device)
-        comm = Comm("all_gather", "params", params, group_size=device.num_shards,
-                    gpus=_shard_gpus(draft, device))
+        gpus = _shard_gpus(draft, device)
+        comms: dict[tuple, Comm] = {}  # the parameters of the op's layers (embedding, head)
         compute, coll = [], list(draft.ops(device.index, "coll"))
         ops = draft.ops(device.index)
         for i, op in enumerate(ops):
             if op.kind in WORK_KINDS:
+                work = op.work
+                shape = (work.layers, work.embed, work.head)
+                comm = comms.get(shape)
+                if comm is None:
+                    params = Work(chunk=-1, slices=(), layers=work.layers,
+                                  split=Split(tp=device.tp), embed=work.embed, head=work.head)
+                    comm = comms[shape] = Comm("all_gather", "params", params,
+                                               group_size=device.num_shards, gpus=gpus)
                 name = f"z3-{op.kind.value}" + (f"-{op.name}" if op.name else "")
                 gather = Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                             chunk=op.chunk, name=name, comm=comm, group=(device.index,),

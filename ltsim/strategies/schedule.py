@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import Chunk, Device, Keep, OpKey, OpKind, Slice, Split
+from ltsim.plan import NO_TILING, Chunk, Device, Keep, OpKey, OpKind, Slice, Split, Tiling
 
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
@@ -69,7 +69,7 @@ class Action(NamedTuple):
     """One compute step of a device. ``layers``/``slices``/``split`` default to the device's layer
     range, the chunk's slices and the layout's split; ``head`` False drops the LM head from a
     last-stage op (a full recompute does not rebuild the logits); ``name`` tells apart several ops
-    of one kind and chunk on a device."""
+    of one kind and chunk on a device; ``tiling`` the sequence tiling of its work."""
 
     kind: OpKind
     chunk: int
@@ -82,6 +82,7 @@ class Action(NamedTuple):
     split: Split | None = None
     head: bool = True
     name: str = ""
+    tiling: Tiling = NO_TILING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
