@@ -239,7 +239,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.report import format_maxlen
     from ltsim.scenario import load_scenario
 
-    base = load_scenario(args.scenario, args.set)
+    base = load_scenario(args.scenario, args.set, any_workload=True)
     _check_output("--plot", args.plot)
     scenarios = [base]
     if args.strategies:  # every strategy checked before the first search runs

@@ -297,6 +297,19 @@ def recompute_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig
     return activation_bytes_per_token(model, parallel, num_layers=1, recompute="none")
 
 
+def backward_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Transient bytes per chunk token while one layer runs backward (layers go one at a time, so
+    this does not grow with their number): the gradient arriving at the layer's output and the one
+    it produces for its input (2 e h, SP-sharded), attention's dQ, dK, dV (e (h + 2 kv_h)) and
+    FlashAttention-2's fp32 dQ accumulator (4 h: flash_attn's mha_bwd allocates dq_accum in fp32
+    for the whole query length), split over tp and cp like the activations they mirror."""
+    e, h = dtype_bytes(model.dtype), model.hidden_size
+    grads = 2 * e * h / _sp_divisor(parallel) / parallel.cp
+    attention = (e + FP32_BYTES) * h / parallel.tp / parallel.cp
+    kv = 2 * e * model.kv_hidden_size / _kv_divisor(model, parallel)
+    return grads + attention + kv
+
+
 def embedding_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
     """First stage: int64 input ids, plus gpt's embedding dropout mask (h bytes, SP-sharded).
 

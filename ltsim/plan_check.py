@@ -148,6 +148,10 @@ def _check_buffers(plan: Plan):
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
     balance: dict = {}
+    allocated: dict[int, set] = {}  # per device, every buffer any of its programs allocates
+    for program in plan.programs:
+        allocated.setdefault(program.device, set()).update(
+            buf for op in program.ops for buf in op.allocs)
     for program in plan.programs:
         live: set = set()
         device = program.device
@@ -161,7 +165,7 @@ def _check_buffers(plan: Plan):
                 count = balance[(device, buf)] = balance.get((device, buf), 0) - 1
                 if buf in live:
                     live.discard(buf)
-                elif count < 0 and not _allocated_elsewhere(plan, device, buf):
+                elif count < 0 and buf not in allocated[device]:
                     return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
     for (device, buf), count in balance.items():
         if count > 0:
@@ -172,7 +176,3 @@ def _check_buffers(plan: Plan):
             return f"buffer {buf.name} on device {device} is freed more often than allocated", None
     return None
 
-
-def _allocated_elsewhere(plan: Plan, device: int, buf) -> bool:
-    return any(buf in op.allocs for program in plan.programs if program.device == device
-               for op in program.ops)

@@ -68,15 +68,26 @@ class Scenario:
         return build_scenario(apply_overrides(self.raw, overrides), source=self.source)
 
 
-def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None, *,
+                  any_workload: bool = False) -> Scenario:
     """Read a scenario file; raises ConfigError (prefixed with the file) on bad input.
 
     A relative path that does not exist is also looked up among the bundled scenarios
     (``scenarios/quickstart.toml`` works from any directory, and from a wheel install).
+    ``any_workload``: the caller replaces the workload (``ltsim maxlen``), so the file's is not
+    checked against the layout (one sequence in the file, eight replicas after ``--set``).
     """
     path = find_scenario(path)
-    raw = read_toml_file(path, "scenario", "TOML file")
-    return build_scenario(apply_overrides(raw, overrides or []), source=str(path))
+    raw = apply_overrides(read_toml_file(path, "scenario", "TOML file"), overrides or [])
+    if any_workload:
+        try:
+            _check_keys(raw)
+            devices = _cluster(raw.get("hardware", {})).num_devices
+        except ConfigError as exc:
+            raise exc.with_source(str(path)) if not exc.source else exc
+        raw = {**raw, "workload": {"fixed_length": 1, "global_batch_size": devices,
+                                   "num_batches": 1}}
+    return build_scenario(raw, source=str(path))
 
 
 def find_scenario(path: str | Path) -> Path:

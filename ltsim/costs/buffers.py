@@ -72,8 +72,9 @@ class BufferCosts:
     def working_bytes(self, kind, work) -> int:
         """Transient bytes of one op beyond its buffers (memory.py): the LM head's loss over the
         whole work, or over one tile when the loss is tiled; a tiled MLP's one shard (its layers
-        run one at a time, so one shard whatever their number). The larger of the two: the head
-        runs after the layers."""
+        run one at a time, so one shard whatever their number); in backward, one layer's
+        gradients (memory.backward_working_bytes_per_token) beside that shard. The larger of the
+        layers' and the head's: the head's loss is done before the layers' backward starts."""
         if kind.value not in ("F", "B", "R"):
             return 0
         backward = kind.value == "B"
@@ -81,6 +82,8 @@ class BufferCosts:
         mlp = loss = 0.0
         if tiling.mlp and work.num_layers:
             mlp = mem.tiled_mlp_working_bytes(self.model, par, tokens=tokens, backward=backward)
+        if backward and work.num_layers:
+            mlp += tokens * mem.backward_working_bytes_per_token(self.model, par)
         if work.head and tiling.loss:
             loss = mem.tiled_loss_working_bytes(self.model, par, tokens=tokens, backward=backward)
         elif work.head:

@@ -222,7 +222,8 @@ def split_cp(draft: Draft) -> Draft:
         compute, cp = [], list(draft.ops(device.index, "cp"))
         for op in draft.ops(device.index):
             split = op.work.split if op.work is not None else None
-            if op.kind not in (OpKind.F, OpKind.B, OpKind.R) or split is None or split.cp <= 1:
+            if (op.kind not in (OpKind.F, OpKind.B, OpKind.R) or split is None or split.cp <= 1
+                    or not op.work.num_layers):  # the LM head alone: no attention to split
                 compute.append(op)
                 continue
             group, gpus = _cp_group(draft, device, split.cp)
@@ -295,7 +296,8 @@ def add_dp_reduction(draft: Draft) -> Draft:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
             reduces = _per_step_reduction(device, compute, chunks_of.get(device.replica, []), count,
                                           grads, group)
-            coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []))
+            coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []),
+                                     draft.ops(device.index, "cp"))
         else:
             reduces = [_step_end_reduction(device, compute, grads, group)]
             coll += reduces
@@ -310,14 +312,20 @@ def add_dp_reduction(draft: Draft) -> Draft:
     return draft.update(changes)
 
 
-def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chunks: list[int]
-                      ) -> list[Op]:
+def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chunks: list[int],
+                      relays: tuple[Op, ...] = ()) -> list[Op]:
     """The coll stream with the per-micro-step reductions placed among ZeRO-3's gathers in the
     order their compute ops run: reduction m after the gathers up to the next micro-step's first
     op (that prefetch overlaps the reduction) and before the later ones. Appended after all
     gathers instead, the gather for op j + 2 (which waits for op j) would sit ahead of the
-    reduction that op j waits for: a deadlock. Without gathers the reductions come in order m."""
+    reduction that op j waits for: a deadlock. Without gathers the reductions come in order m.
+    A gather that a ``relays`` op (Ulysses' all-to-all on the cp stream) waits for takes the
+    position of the compute op that waits for that relay."""
     position = {dep: i for i, op in enumerate(compute) for dep in op.deps}
+    for op in relays:
+        if op.key in position:
+            for dep in op.deps:
+                position.setdefault(dep, position[op.key])
     spans = {chunk: last for _, last, chunk in _backward_spans(compute)}
     keyed = [(position.get(op.key, len(compute)), 0, i, op) for i, op in enumerate(coll)]
     key = -1.0  # reductions keep their order m (every member of the group runs them in one order);

@@ -1,6 +1,7 @@
 """Host offload, a lowering pass a strategy may add (ALST's activation-checkpoint offload): forward
-buffers copied to host memory on the copy stream after the forward, and back before the chunk's
-first recompute or backward."""
+buffers copied to host memory on the copy stream after the forward, and back before the first
+recompute or backward of the chunk that covers the buffer's layers (with per-layer ops, each
+layer's checkpoint comes back just before that layer's recompute)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from ltsim.strategies.lowering import Draft, Pass
 
 def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
     """A pass copying forward buffers of ``kinds`` to host memory after the forward and back before
-    the chunk's first recompute or backward (the copy back is prefetched: it may start once the
-    op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
+    the chunk's first recompute or backward over the buffer's layers (the copy back is prefetched:
+    it may start once the op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
     reference code copies synchronously); otherwise only the consumer waits for the copy back."""
 
     def run(draft: Draft) -> Draft:
@@ -19,16 +20,23 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
         for device in draft.schedule.devices:
             compute = list(draft.ops(device.index))
             copies = list(draft.ops(device.index, "copy"))
-            for buf in [b for op in compute if op.kind is OpKind.F for b in op.allocs
-                        if b.kind in kinds and not b.host]:
-                producer = next(i for i, op in enumerate(compute) if buf in op.allocs)
-                consumer = next((i for i, op in enumerate(compute) if i > producer
-                                 and op.chunk == buf.work.chunk and op.kind in (OpKind.R, OpKind.B)),
-                                None)
+            producers: dict = {}  # buffer -> index of the forward that allocates it
+            readers: dict[int, list[tuple[int, tuple[int, int]]]] = {}  # chunk -> its R/B ops
+            for i, op in enumerate(compute):
+                if op.kind is OpKind.F:
+                    for buf in op.allocs:
+                        if buf.kind in kinds and not buf.host:
+                            producers.setdefault(buf, i)
+                elif op.kind in (OpKind.R, OpKind.B):
+                    readers.setdefault(op.chunk, []).append((i, op.work.layers))
+            for buf, producer in producers.items():
+                low, high = buf.work.layers
+                consumer = next((i for i, (first, stop) in readers.get(buf.work.chunk, ())
+                                 if i > producer and first < high and low < stop), None)
                 if consumer is None:
                     continue
                 host = buf._replace(host=True)
-                tag = f"{buf.kind}-L{buf.work.layers[0]}"
+                tag = f"{buf.kind}-L{low}"
                 out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
                          chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
                          comm=Comm("d2h", buf.kind, buf.work), frees=(buf,), allocs=(host,))
@@ -39,8 +47,7 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
                 copies += [out, back]
                 compute[consumer] = compute[consumer].with_deps((back.key,))
                 if sync and producer + 1 < len(compute):
-                    nxt = compute[producer + 1]
-                    compute[producer + 1] = nxt.with_deps((out.key,))
+                    compute[producer + 1] = compute[producer + 1].with_deps((out.key,))
             changes[(device.index, "compute")] = compute
             changes[(device.index, "copy")] = _ordered_copies(copies, compute)
         return draft.update(changes)

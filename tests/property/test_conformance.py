@@ -29,24 +29,32 @@ SMALL_OPTIONS: dict[str, list[dict]] = {
     "deepspeed-cp": [{"bucket_size": 40}, {"bucket_size": 40, "micro_batch_size": 1}],
     "sorted-batching": [{"bucket_size": 64}],
     "seco": [{"chunk_size": 16}, {"chunk_size": 64}],
+    "alst": [{}, {"tiled_mlp": False, "tiled_loss": False, "offload_async": True,
+                  "offload_optimizer": False}],
     "spaco": [{"chunk_size": 16, "budget": 2}, {"chunk_size": 8, "budget": 3, "sampling": "bernoulli"},
               {"chunk_size": 32, "budget": 1, "compensation": "none"}],
 }
 # Layouts a strategy needs: DeepSpeed-based ones do not pipeline; CP ranks make them interesting.
-NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching"}
+NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching", "alst"}
 # Strategies whose re-forward is their checkpoint refuse full recompute (a ConfigError, tested in
 # tests/unit/test_seco.py); they run with "selective" here instead.
 NO_FULL_RECOMPUTE = {"seco", "spaco"}
+# ALST offloads its layer-input checkpoints: it needs full recompute (tests/unit/test_alst.py
+# checks the refusal and the other policies).
+FULL_RECOMPUTE = {"alst"}
 
 
 def conformance_ctx(name: str, pp: int, dp: int, cp: int, recompute: str):
     """The unit-preset context a strategy is checked in: DeepSpeed-based ones without pipeline
-    (with CP ranks and ZeRO-2), the others without CP; "full" recompute becomes "selective" for
-    the strategies that refuse it."""
+    (with CP ranks and ZeRO-2, ALST's ZeRO-3), the others without CP; "full" recompute becomes
+    "selective" for the strategies that refuse it, and any policy "full" for ALST."""
     if name in NO_FULL_RECOMPUTE and recompute == "full":
         recompute = "selective"
+    if name in FULL_RECOMPUTE:
+        recompute = "full"
     if name in NO_PIPELINE:
-        return unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute, zero_stage=2)
+        return unit_ctx(pp=1, dp=dp, cp=cp, recompute=recompute,
+                        zero_stage=3 if name == "alst" else 2)
     return unit_ctx(pp=pp, dp=dp, recompute=recompute)
 
 
