@@ -179,13 +179,18 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
 
 def check_supported(plan: Plan) -> None:
     """Raise PlanError for ops the executor cannot run (kinds not marked in plan.KINDS, op parts
-    split for CP, collectives other than the DP gradient reduction, cross-device dependencies
-    other than SEND -> F/B)."""
+    split for CP, compute ops over part of a stage's layers, collectives other than the DP
+    gradient reduction, cross-device dependencies other than SEND -> F/B)."""
     for op in plan.ops():
         if op.kind not in SUPPORTED_KINDS or op.part:
             what = f"{op.kind.value} ops" if op.kind not in SUPPORTED_KINDS else "CP-split ops"
             raise PlanError(f"the executor cannot run {what} (first: {op.key})\n"
                             f"{plan.grid(mark=op.key)}")
+        stage = plan.devices[op.device].layers
+        if op.work is not None and op.work.layers != stage:
+            raise PlanError(f"the executor runs each op over its stage's layers {stage}; {op.key} "
+                            f"covers layers {op.work.layers} (per-layer ops, e.g. ALST's, are "
+                            f"simulated only)\n{plan.grid(mark=op.key)}")
         if op.kind is OpKind.COLL and op.name != "dp-grad":
             fix = (" Fix: plan with parallel.zero_stage = 0 (the executor's optimizer is not "
                    "sharded)" if op.name == "dp-params" else "")

@@ -165,3 +165,14 @@ def test_each_feature_raises_the_longest_sequence_on_eight_gpus():
                              max_length=1 << 24).max_length for sets in rows]
     assert reach == sorted(reach) and len(set(reach)) == len(reach), reach
     assert reach[0] < 65536 * 2 and reach[-1] > 1 << 21
+
+
+def test_the_executor_refuses_alst_plans_naming_the_op():
+    from ltsim.errors import PlanError
+    from ltsim.executor.runtime import check_supported
+
+    with pytest.raises(PlanError, match=r"0:s0F0\[L0\] covers layers \(0, 1\)"):
+        check_supported(_plan(cp=1, zero_stage=0))
+    with pytest.raises(PlanError, match="per-layer ops"):
+        check_supported(_plan(cp=1, zero_stage=0, offload_checkpoints=False,
+                              offload_optimizer=False))
