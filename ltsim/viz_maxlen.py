@@ -53,7 +53,7 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
             if not label.startswith("longest"):
                 handles.setdefault(label, handle)
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=8,
-               ncol=min(4, len(handles)), frameon=False)
+               ncol=min(2 * len(answers), 4, len(handles)), frameon=False)  # fits one panel
     axes[0].set_ylabel("peak memory per GPU (GiB)")
     if title:
         fig.suptitle(title, fontsize=10)
