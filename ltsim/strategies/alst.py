@@ -100,8 +100,8 @@ def sequence_actions(chunk: int, layers: tuple[int, int], keep: Keep, tiling: Ti
     return out
 
 
-def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Schedule:
-    grid = layout(ctx, options)
+def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, grid: Layout
+             ) -> Schedule:
     keep = keep_policy(ctx.parallel.recompute)
     tiling = Tiling(mlp=options.tiled_mlp, loss=options.tiled_loss)
     devices = tuple(replace(d, offload_optimizer=options.offload_optimizer) for d in grid.devices())
@@ -123,4 +123,5 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     passes = DEFAULT_PASSES
     if options.offload_checkpoints:
         passes += (offload(("ckpt",), sync=not options.offload_async),)
-    return lower(schedule(batch, ctx, options), layout(ctx, options), passes)
+    grid = layout(ctx, options)
+    return lower(schedule(batch, ctx, options, grid), grid, passes)
