@@ -17,6 +17,7 @@ from ltsim.errors import ProfileError
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k", "dtype", "time_s"),
+    "gemm_bwd": ("m", "n", "k", "dtype", "time_s", "pass"),
     "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "causal",
                   "pass", "time_s"),
     "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
@@ -25,6 +26,7 @@ METHODS = ("measured", "published", "analytic")
 # columns every row must fill with a positive number (sizes, counts, times)
 POSITIVE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k", "time_s"),
+    "gemm_bwd": ("m", "n", "k", "time_s"),
     "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "time_s"),
     "collectives": ("group_size", "bytes", "time_s"),
 }

@@ -9,6 +9,10 @@ A profile is a directory holding ``meta.json`` and CSV tables whose column names
   reduce_scatter, all_to_all, send_recv; scope "intra" or "inter" node). Optional: a profile
   measured on one GPU has none; looking up a collective over 2 or more ranks then raises
   ProfileError (single-device scenarios never do)
+- ``gemm_bwd.csv`` (optional): m, n, k, dtype, time_s, pass, the backward GEMMs of a forward
+  Y[T,N] = X[T,K] W^T: ``dgrad`` dX = dY W (m=T, n=K, k=N) and ``wgrad`` dW = dY^T X (m=N, n=K,
+  k=T). ``gemm_backward_time_s`` looks them up by the forward's (T, N, K); without the table a
+  backward costs two forwards
 - optional tables the cost model uses (``elementwise.csv``, ``memory.csv``) with the same rules.
 
 Every table may carry extra columns (``source``, ``method`` = measured|published|analytic,
@@ -173,6 +177,22 @@ def load_profile(directory: str | Path, *, attention_kernel: str | None = None) 
     return _CACHE[key]
 
 
+def _backward_gemms(directory: Path, quantum: int) -> dict[str, GemmLookup] | None:
+    """gemm_bwd.csv's dgrad and wgrad rows, each keyed by its forward GEMM's (m=T, n=N, k=K)."""
+    if not (directory / "gemm_bwd.csv").is_file():
+        return None
+    frame = read_table(directory, "gemm_bwd")
+    parts = {"dgrad": ("dtype", "m", "k", "n", "time_s"),  # dX[T,K] = dY[T,N] W[N,K]
+             "wgrad": ("dtype", "k", "m", "n", "time_s")}  # dW[N,K] = dY^T[N,T] X[T,K]
+    lookups = {}
+    for part, columns in parts.items():
+        rows = frame[frame["pass"].astype(str) == part]
+        if rows.empty:
+            return None
+        lookups[part] = GemmLookup(_rows(rows, columns), quantum=quantum)
+    return lookups
+
+
 def _rows(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[tuple]:
     return list(frame.loc[:, list(columns)].itertuples(index=False, name=None))
 
@@ -184,8 +204,8 @@ class Profile:
     extrapolation rules) and record every lookup outside the tabulated range as a warning.
     """
 
-    __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_attention", "_collectives",
-                 "_cache", "_range_notes", "_text_notes")
+    __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
+                 "_collectives", "_cache", "_range_notes", "_text_notes")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -196,6 +216,7 @@ class Profile:
                        if (self.path / "collectives.csv").is_file() else None)
         quantum = int(self.meta.tables.get("gemm", {}).get("m_quantum", 0))
         self._gemm = GemmLookup(_rows(gemm, ("dtype", "m", "n", "k", "time_s")), quantum=quantum)
+        self._gemm_bwd = _backward_gemms(self.path, quantum)
         if "kernel" not in attention.columns:
             attention = attention.assign(kernel="default")
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table
@@ -237,6 +258,21 @@ class Profile:
                                f"{', '.join(dtypes)}). Fix: profile that dtype or change model.dtype")
         return self._cached(("gemm", m, n, k, use),
                             lambda notes: self._gemm.time_s(m, n, k, use, notes))
+
+    def gemm_backward_time_s(self, m: int, n: int, k: int, dtype: str = "bf16"
+                             ) -> tuple[float, float] | None:
+        """(dgrad, wgrad) seconds of the backward of the forward GEMM Y[m,n] = X[m,k] W^T, from
+        gemm_bwd.csv; None when the profile has no such table (or no rows of the dtype)."""
+        if self._gemm_bwd is None or min(m, n, k) <= 0:
+            return None
+        dtypes = self._gemm_bwd["dgrad"].dtypes
+        use = dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
+        if use not in dtypes or use not in self._gemm_bwd["wgrad"].dtypes:
+            return None
+        return tuple(self._cached(("gemm_bwd", part, m, n, k, use),  # type: ignore[return-value]
+                                  lambda notes, part=part: self._gemm_bwd[part].time_s(
+                                      m, n, k, use, notes))
+                     for part in ("dgrad", "wgrad"))
 
     def attention_time_s(self, q_tokens: int, kv_tokens: int, *, num_heads: int, num_kv_heads: int,
                          head_dim: int, causal: bool = True, pass_: str = "fwd") -> float:

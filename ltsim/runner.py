@@ -29,7 +29,7 @@ def make_cost_model(scenario: Scenario) -> CostModel:
         return UnitCostModel(scenario.cluster.memory_limit_bytes)
     from ltsim.costs.table import TableCostModel
 
-    return TableCostModel(scenario.model, scenario.cluster)
+    return TableCostModel(scenario.model, scenario.cluster, grad_dtype=scenario.parallel.grad_dtype)
 
 
 def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None) -> Simulation:

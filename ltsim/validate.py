@@ -114,7 +114,8 @@ def bare_cost_model(scenario: "Scenario"):
         raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
                           "unit", "use hardware.preset = \"cpu\" on this machine")
     return TableCostModel(scenario.model, scenario.cluster, overhead=NO_ALLOCATOR_OVERHEAD,
-                          working_sets=scenario.cluster.device.name != "cpu")
+                          working_sets=scenario.cluster.device.name != "cpu",
+                          grad_dtype=scenario.parallel.grad_dtype)
 
 
 def executor_device(scenario: "Scenario") -> tuple[str, str]:

@@ -54,9 +54,15 @@ FP32_BYTES = 4
 class ComputeCosts:
     """Seconds of the compute ops of one model on one device type."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile) -> None:
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile, *,
+                 accumulate_grads: bool = False) -> None:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.e = dtype_bytes(model.dtype)
+        # gradients in the model dtype (parallel.grad_dtype = "model") are summed by autograd into
+        # the gradient buffer with an add kernel per weight in every backward (the executor's flat
+        # buffer, torch's .grad); fp32 main gradients are taken to be accumulated inside the wgrad
+        # GEMM (Megatron-LM's gradient_accumulation_fusion, its default)
+        self.accumulate_grads = accumulate_grads
         self._elementwise = _elementwise_curves(str(profile.path))
         self._floor, _, borrowed = eager_costs(str(profile.path), model)
         for note in borrowed:  # rows of another model: reported once per run
@@ -90,16 +96,28 @@ class ComputeCosts:
             return attn
         tokens = max(1, -(-work.num_tokens // split.cp))
         tiling = work.tiling
-        gemm, elem_fwd, elem_bwd, tp_comm, mlp_fwd = self.layer_s(tokens, split.tp, split.sp,
-                                                                  tiling.mlp)
+        (gemm, dgrad, wgrad), elem_fwd, elem_bwd, tp_comm, mlp_fwd = self.layer_s(
+            tokens, split.tp, split.sp, tiling.mlp)
         if kind is OpKind.W:
-            return layers * gemm
-        grads = 1.0 if self.model.lora_rank else 2.0  # frozen weights: no weight-gradient GEMMs
-        dense = (grads * gemm + elem_bwd + mlp_fwd) if backward else (gemm + elem_fwd)
+            return layers * wgrad
+        if self.model.lora_rank:  # frozen weights: no weight-gradient GEMMs
+            wgrad = 0.0
+        dense = (dgrad + wgrad + elem_bwd + mlp_fwd) if backward else (gemm + elem_fwd)
         total = attn + layers * (dense + tp_comm)
         if work.head:
             total += self.head_s(tokens, split.tp, backward, tiling.loss)
+        if backward and self.accumulate_grads:
+            total += self._accumulate_s(work)
         return total
+
+    def _accumulate_s(self, work: Work) -> float:
+        """Adding the op's weight gradients into the gradient buffer: read both, write one, in
+        the model dtype, at the device's memory bandwidth (validation/executor/gpu_notes.md:
+        1.69 ms measured for a 4-layer Llama-2-7B stage on the H100, 1.45 ms by this count)."""
+        params = mem.trainable_parameters_per_gpu(
+            self.model, work.split.tp, num_layers=work.num_layers, has_embedding=work.embed,
+            has_head=work.head)
+        return 3 * params * self.e / self.cluster.device.hbm_bytes_per_s
 
     # -- pieces ---------------------------------------------------------------------------------
     def _gemm(self, m: int, n: float, k: float) -> float:
@@ -110,20 +128,34 @@ class ComputeCosts:
         table = self.profile.gemm_time_s(m, n, k, self.model.dtype)
         return max(table, k * n * self.e / self.cluster.device.hbm_bytes_per_s)
 
+    def _gemm_passes(self, m: int, n: float, k: float) -> tuple[float, float, float]:
+        """(forward, dgrad, wgrad) seconds of the forward GEMM Y[m,n] = X[m,k] W^T and its
+        backward: gemm_bwd.csv's measured dgrad and wgrad when the profile has it (each at least
+        streaming the weight, or its gradient, once), else two forwards' time split evenly."""
+        forward = self._gemm(m, n, k)
+        n, k = max(1, int(n)), max(1, int(k))
+        backward = self.profile.gemm_backward_time_s(m, n, k, self.model.dtype)
+        if backward is None:
+            return forward, forward, forward
+        weight_s = k * n * self.e / self.cluster.device.hbm_bytes_per_s
+        return forward, max(backward[0], weight_s), max(backward[1], weight_s)
+
     def _layer_s(self, tokens: int, tp: int, sp: bool, tiled_mlp: bool = False
-                 ) -> tuple[float, float, float, float, float]:
-        """(GEMM, elementwise forward, elementwise backward, TP collective, tiled MLP's forward
-        re-run in backward) seconds of one layer."""
+                 ) -> tuple[tuple[float, float, float], float, float, float, float]:
+        """((GEMM forward, dgrad, wgrad), elementwise forward, elementwise backward, TP
+        collective, tiled MLP's forward re-run in backward) seconds of one layer."""
         m, h = self.model, self.model.hidden_size
         g = 2 if m.arch == "llama" else 1
         tile = mem.mlp_tile_tokens(m, tokens) if tiled_mlp else tokens
         shards = -(-tokens // tile)
-        mlp = shards * (self._gemm(tile, g * m.ffn_hidden_size / tp, h)
-                        + self._gemm(tile, h, m.ffn_hidden_size / tp))
-        gemm = (self._gemm(tokens, (h + 2 * m.kv_hidden_size) / tp, h)
-                + self._gemm(tokens, h, h / tp) + mlp)
+        mlp = [tuple(shards * t for t in self._gemm_passes(tile, g * m.ffn_hidden_size / tp, h)),
+               tuple(shards * t for t in self._gemm_passes(tile, h, m.ffn_hidden_size / tp))]
+        passes = [self._gemm_passes(tokens, (h + 2 * m.kv_hidden_size) / tp, h),
+                  self._gemm_passes(tokens, h, h / tp), *mlp]
+        gemm = (sum(p[0] for p in passes), sum(p[1] for p in passes),
+                sum(p[2] for p in passes))
         elem_fwd, elem_bwd = self._elementwise_s(tokens, tp)
-        rerun = mlp + self._activation_s(tokens, tp) if tiled_mlp else 0.0
+        rerun = mlp[0][0] + mlp[1][0] + self._activation_s(tokens, tp) if tiled_mlp else 0.0
         if tp == 1:
             return gemm, elem_fwd, elem_bwd, 0.0, rerun
         act_bytes = tokens * h * self.e
@@ -185,10 +217,13 @@ class ComputeCosts:
     def _head_s(self, tokens: int, tp: int, backward: bool, tiled: bool = False) -> float:
         m = self.model
         tile = mem.loss_tile_tokens(m, ParallelConfig(tp=tp), tokens) if tiled else tokens
-        gemm = -(-tokens // tile) * self._gemm(tile, m.vocab_size / tp, m.hidden_size)
+        shards = -(-tokens // tile)
+        gemm, dgrad, wgrad = (shards * t for t in self._gemm_passes(tile, m.vocab_size / tp,
+                                                                    m.hidden_size))
         logits = tokens * m.vocab_size / tp * FP32_BYTES * 3 / self.cluster.device.hbm_bytes_per_s
-        frozen = self.model.lora_rank > 0  # the LM head is frozen under LoRA: input gradient only
-        total = (1.0 if frozen or not backward else 2.0) * gemm + logits
+        if self.model.lora_rank > 0:  # the LM head is frozen under LoRA: input gradient only
+            wgrad = 0.0
+        total = (dgrad + wgrad if backward else gemm) + logits
         if tiled and backward:  # each shard's logits are computed again before their gradient
             total += gemm + logits / 3
         return total

@@ -39,7 +39,7 @@ class TableCostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, *,
                  overhead: mem.AllocatorOverhead = mem.ALLOCATOR_OVERHEAD,
-                 working_sets: bool = True) -> None:
+                 working_sets: bool = True, grad_dtype: str = "fp32") -> None:
         self.model, self.cluster = model, cluster
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
@@ -49,7 +49,8 @@ class TableCostModel:
         self.peak_flops_per_s = cluster.device.peak_flops_per_s
         self._buffers = BufferCosts(model)
         self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
-        self._compute = ComputeCosts(model, cluster, self.profile)
+        self._compute = ComputeCosts(model, cluster, self.profile,
+                                     accumulate_grads=grad_dtype == "model")
         _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
         self._flops: dict[tuple[int, int], float] = {}  # (tokens, context) -> model_flops term

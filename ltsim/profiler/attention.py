@@ -98,14 +98,15 @@ def varlen_points(shards: Sequence[ShardShape], totals: Sequence[int], num_seqs:
 
 def sdpa_slice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal SDPA of q (L, Hq, D) as the last L positions of k, v (S, Hkv, D); returns (L, Hq, D)."""
-    rep = q.shape[1] // k.shape[1]
     # (1, H, L, D): with a batch dimension CPU SDPA takes its flash kernel; 3-D inputs fall back
-    # to the math kernel, which stores the (L x S) probabilities and runs 3-5x slower.
+    # to the math kernel, which stores the (L x S) probabilities and runs 3-5x slower. The calls
+    # are the executor's (executor/model.py): enable_gqa, no copy of K/V, for the diagonal.
     qh = q.transpose(0, 1).unsqueeze(0)
-    kh = k.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
-    vh = v.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+    kh = k.transpose(0, 1).unsqueeze(0)
+    vh = v.transpose(0, 1).unsqueeze(0)
     if qh.shape[2] == kh.shape[2]:
-        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True,
+                                             enable_gqa=qh.shape[1] != kh.shape[1])
     else:  # query j sits at key index num_k - num_q + j: the executor's kernel for context
         out = context_attention(qh, kh, vh)
     return out[0].transpose(0, 1)

@@ -150,7 +150,8 @@ def interleaved(prepare: Callable[[Point], Case], bench: Bench) -> Measure:
             gc.collect()  # once per round: it takes ~0.1 s with torch loaded; off while timing
             for point in points:
                 case = prepare(point)
-                samples[point.key] += sample(case.run, plan=plan.per_round, device=bench.device)
+                samples[point.key] += sample(case.run, plan=plan.per_round, device=bench.device,
+                                             kernels_only=bench.kernels_only)
                 if round_ == plan.rounds - 1:
                     emit(case.row(point.key, summarize(samples[point.key])))
                 del case  # free this point's operands before the next point builds its own

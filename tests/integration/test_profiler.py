@@ -355,3 +355,24 @@ def _fewer_cuda_sizes(device: str, *, quick: bool,  # type: ignore[no-untyped-de
     return replace(sizes, gemm_tokens=(256,), attention_tokens=(512, 4096),
                    varlen_total_tokens=(4096,), varlen_num_seqs=(2,), elementwise_tokens=(1024,),
                    memory_tokens=(1024,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernels_only_timing_drops_the_launch_gaps_and_keeps_long_kernels() -> None:
+    from ltsim.profiler.timing import TimingPlan, sample, summarize
+
+    device = torch.device("cuda")
+    plan = TimingPlan(warmup=2, min_repeats=10, max_repeats=30, target_s=0.05)
+    tiny = torch.ones(1024, device=device)
+
+    def launches() -> None:  # 200 tiny kernels: the host's launch rate, not the GPU, sets the pace
+        for _ in range(200):
+            tiny.add_(1.0)
+    wall = summarize(sample(launches, plan=plan, device=device)).time_s
+    gpu = summarize(sample(launches, plan=plan, device=device, kernels_only=True)).time_s
+    assert gpu < 0.8 * wall
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    big_wall = summarize(sample(lambda: a @ a, plan=plan, device=device)).time_s
+    big_gpu = summarize(sample(lambda: a @ a, plan=plan, device=device, kernels_only=True)).time_s
+    assert big_gpu == pytest.approx(big_wall, rel=0.1)

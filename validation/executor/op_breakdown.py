@@ -82,12 +82,13 @@ def predicted_parts(cost: TableCostModel, tokens: int) -> dict:
     pieces = cost._compute
     work = Work(chunk=0, slices=(Slice(0, 0, tokens),), layers=(0, m.num_layers), split=Split(),
                 embed=True, head=True)
-    gemm, elem_fwd, elem_bwd, _ = pieces.layer_s(tokens, 1, True)
-    head = pieces._gemm(tokens, m.vocab_size, m.hidden_size)
+    (gemm, dgrad, wgrad), elem_fwd, elem_bwd, _, _ = pieces.layer_s(tokens, 1, True)
+    head = pieces._gemm_passes(tokens, m.vocab_size, m.hidden_size)
     loss = tokens * m.vocab_size * 4 * 3 / cost.cluster.device.hbm_bytes_per_s
     out = {}
-    for kind, scale, elementwise in ((OpKind.F, 1.0, elem_fwd), (OpKind.B, 2.0, elem_bwd)):
-        out[kind.value] = {"GEMM": scale * (m.num_layers * gemm + head),
+    for kind, layer_gemm, head_gemm, elementwise in (
+            (OpKind.F, gemm, head[0], elem_fwd), (OpKind.B, dgrad + wgrad, head[1] + head[2], elem_bwd)):
+        out[kind.value] = {"GEMM": m.num_layers * layer_gemm + head_gemm,
                            "attention": cost.compute_s(kind, work, part="attn"),
                            "loss": loss, "elementwise": m.num_layers * elementwise,
                            "total": cost.compute_s(kind, work)}
