@@ -177,6 +177,11 @@ def load_profile(directory: str | Path, *, attention_kernel: str | None = None) 
     return _CACHE[key]
 
 
+def _stand_in(dtype: str, dtypes: tuple[str, ...]) -> str:
+    """``dtype`` if a GEMM table has it, else the 16-bit type that stands in for it ("" if none)."""
+    return dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
+
+
 def _backward_gemms(directory: Path, quantum: int) -> dict[str, GemmLookup] | None:
     """gemm_bwd.csv's dgrad and wgrad rows, each keyed by its forward GEMM's (m=T, n=N, k=K)."""
     if not (directory / "gemm_bwd.csv").is_file():
@@ -252,7 +257,7 @@ class Profile:
         if min(m, n, k) <= 0:
             return 0.0
         dtypes = self._gemm.dtypes
-        use = dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
+        use = _stand_in(dtype, dtypes)
         if use not in dtypes:
             raise ProfileError(f"{self.path}: gemm.csv has no rows for dtype {dtype!r} (has "
                                f"{', '.join(dtypes)}). Fix: profile that dtype or change model.dtype")
@@ -265,9 +270,9 @@ class Profile:
         gemm_bwd.csv; None when the profile has no such table (or no rows of the dtype)."""
         if self._gemm_bwd is None or min(m, n, k) <= 0:
             return None
-        dtypes = self._gemm_bwd["dgrad"].dtypes
-        use = dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
-        if use not in dtypes or use not in self._gemm_bwd["wgrad"].dtypes:
+        parts = self._gemm_bwd.values()
+        use = _stand_in(dtype, self._gemm_bwd["dgrad"].dtypes)
+        if any(use not in part.dtypes for part in parts):
             return None
         return tuple(self._cached(("gemm_bwd", part, m, n, k, use),  # type: ignore[return-value]
                                   lambda notes, part=part: self._gemm_bwd[part].time_s(

@@ -125,8 +125,11 @@ class ComputeCosts:
         microbenchmarks reuse one weight that stays in cache, a model's layers do not
         (validation/executor/cpu_notes.md measured +0.15 ms per small GEMM on the CPU)."""
         n, k = max(1, int(n)), max(1, int(k))
-        table = self.profile.gemm_time_s(m, n, k, self.model.dtype)
-        return max(table, k * n * self.e / self.cluster.device.hbm_bytes_per_s)
+        return max(self.profile.gemm_time_s(m, n, k, self.model.dtype), self._weight_s(n, k))
+
+    def _weight_s(self, n: int, k: int) -> float:
+        """Streaming one (k, n) weight (or its gradient) through device memory once."""
+        return k * n * self.e / self.cluster.device.hbm_bytes_per_s
 
     def _gemm_passes(self, m: int, n: float, k: float) -> tuple[float, float, float]:
         """(forward, dgrad, wgrad) seconds of the forward GEMM Y[m,n] = X[m,k] W^T and its
@@ -137,7 +140,7 @@ class ComputeCosts:
         backward = self.profile.gemm_backward_time_s(m, n, k, self.model.dtype)
         if backward is None:
             return forward, forward, forward
-        weight_s = k * n * self.e / self.cluster.device.hbm_bytes_per_s
+        weight_s = self._weight_s(n, k)
         return forward, max(backward[0], weight_s), max(backward[1], weight_s)
 
     def _layer_s(self, tokens: int, tp: int, sp: bool, tiled_mlp: bool = False

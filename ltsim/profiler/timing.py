@@ -124,7 +124,8 @@ def sample(run: Callable[[], object], *, plan: TimingPlan, device: torch.device,
     gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
     try:
         if queued:
-            queue = _Queue(inner=inner, sleep_s=SLEEP_MARGIN * inner * host_s + 50e-6)
+            sleep_s = SLEEP_MARGIN * inner * host_s + 50e-6
+            queue = _Queue(inner=inner, sleep_s=sleep_s, max_sleep_s=4 * sleep_s)
             samples += [_time_queued(run, device, queue) for _ in range(repeats)]
         else:
             samples += [_time(run, device, inner) / inner for _ in range(repeats)]
@@ -171,10 +172,7 @@ class _Queue:
 
     inner: int
     sleep_s: float
-    max_sleep_s: float = 0.0  # 0: four times the first sleep
-
-    def __post_init__(self) -> None:
-        self.max_sleep_s = self.max_sleep_s or 4 * self.sleep_s
+    max_sleep_s: float
 
 
 def _time_queued(run: Callable[[], object], device: torch.device, queue: _Queue) -> float:
