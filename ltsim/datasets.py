@@ -146,6 +146,32 @@ _WIKI_SKRULL = ((_k(1), 87.88), (_k(4), 99.34), (_k(8), 99.92), (_k(32), 99.99),
 _CHATQA2 = ((_k(1), 21.92), (_k(4), 31.48), (_k(8), 40.43), (_k(32), 99.86), (_k(128), 100.0))
 
 
+def _log_uniform_mean(lo: float, hi: float) -> float:
+    return (hi - lo) / math.log(hi / lo)
+
+
+def github_infinipipe() -> LengthBins:
+    """InfiniPipe's GitHub lengths (seeds/infinipipe.md section 1 and Fig. 2), fitted to the three
+    statistics the paper prints: 91.5 % of sequences have at most 8K tokens, 0.6 % have 64K or more,
+    and those 0.6 % hold 21.6 % of all tokens. Three log-uniform bins, [1, 8K], (8K, 64K) and
+    [64K, L]: the masses are the first two statistics; the longest length L is the one at which the
+    top bin's share of the expected tokens is 21.6 % (bisection on the bins' log-uniform means;
+    L = 251,371 tokens). The shape inside each bin is the module's log-uniform guess."""
+    masses = (0.915, 0.079, 0.006)
+    edges = (1, _k(8) + 1, _k(64))
+    below = sum(m * _log_uniform_mean(a, b) for m, a, b in zip(masses, edges, edges[1:]))
+    want = 0.216 / (1 - 0.216) * below / masses[2]  # the top bin's mean that gives 21.6 %
+    lo, hi = float(_k(64) + 1), float(1 << 40)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _log_uniform_mean(_k(64), mid) < want else (lo, mid)
+    longest = int(round(lo))
+    return LengthBins(name="github-infinipipe", lo_tokens=edges, hi_tokens=edges[1:] + (longest + 1,),
+                      mass=masses, source="InfiniPipe (arXiv 2509.21275) section 1, GitHub: 91.5 % "
+                      "<= 8K, 0.6 % >= 64K holding 21.6 % of tokens (three log-uniform bins fitted)",
+                      published=(("<= 8K", 91.5), (">= 64K", 0.6), ("tokens in >= 64K", 21.6)))
+
+
 def _histogram_bins(name: str, filename: str, source: str) -> LengthBins:
     """Bins from MagiAttention's doc_length_distribution.csv: ``"[lo, hi]",count,...`` (inclusive)."""
     text = (importlib.resources.files("ltsim") / "data" / filename).read_text(encoding="utf-8")
@@ -186,6 +212,7 @@ _BUILTINS = {
         "chunkflow-eval", _CHUNKFLOW_EVAL, _k(256), "ChunkFlow (arXiv 2503.02356) Table 2"),
     "chatqa2-long-sft": lambda: from_cdf_table(
         "chatqa2-long-sft", _CHATQA2, _k(99), "Skrull Table 1 (ChatQA2-Long-SFT)"),
+    "github-infinipipe": github_infinipipe,
     "wikipedia-skrull": lambda: from_cdf_table(
         "wikipedia-skrull", _WIKI_SKRULL, _k(78), "Skrull Table 1 (Wikipedia)"),
 }

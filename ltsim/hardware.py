@@ -74,6 +74,10 @@ class ClusterSpec:
 # 8-GPU server, one socket of 8 DDR4-3200 channels: 25.6 GB/s per GPU) are assumptions, as the
 # paper states neither. Its profile is derived from the A100's
 # by these ratios (profiles/build_rtx3090.py).
+# A800-40GB (InfiniPipe's testbed, seeds/infinipipe.md 5.1): the A100's GA100 compute (312 TFLOPS
+# dense BF16), 40 GB HBM2 at 1,555 GB/s and NVLink 400 GB/s bidirectional (NVIDIA A800 datasheet,
+# 200 GB/s per direction); "400 Gb/s InfiniBand" read as one 400 Gb/s link per 8-GPU node
+# (50 GB/s, 6.25 GB/s per GPU); host side as DGX A100. Profile: profiles/build_a800.py.
 PRESETS: dict[str, DeviceSpec] = {
     "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
@@ -81,6 +85,12 @@ PRESETS: dict[str, DeviceSpec] = {
                                  profile="a100-sxm4-80gb", host_memory_bytes=1000 * GB / 8,
                                  host_link_bytes_per_s=32 * GB,
                                  host_dram_bytes_per_s=16 * 25.6 * GB / 8),
+    "a800-40gb": DeviceSpec(name="a800-40gb", memory_bytes=40 * GiB,
+                            peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=1.555e12,
+                            intra_link_bytes_per_s=200 * GB, inter_link_bytes_per_s=50 * GB / 8,
+                            profile="a800-40gb", host_memory_bytes=1000 * GB / 8,
+                            host_link_bytes_per_s=32 * GB,
+                            host_dram_bytes_per_s=16 * 25.6 * GB / 8),
     "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", memory_bytes=80 * GiB,
                                  peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
                                  intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,

@@ -40,7 +40,8 @@ SCHEMA: dict[str, dict[str, str]] = {
                  "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL,
                  "grad_dtype": _STR, "optimizer_dtype": _STR},
     "workload": {"dataset": _STR, "max_length": _INT, "global_batch_size": _INT,
-                 "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR},
+                 "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR,
+                 "overlong": _STR},
 }
 _CHECK = {_INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
           _STR: lambda v: isinstance(v, str), _BOOL: lambda v: isinstance(v, bool),

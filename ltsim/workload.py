@@ -32,6 +32,7 @@ __all__ = ["Workload", "dataset_names", "describe", "format_describe", "plot_his
 
 THRESHOLDS_KIB = (1, 4, 8, 32, 128)  # the rows of ChunkFlow Table 1 / Skrull Table 1
 BATCHINGS = ("iid", "sorted-groups")
+OVERLONG = ("drop", "truncate")
 # sorted-groups draws a pool of POOL_BATCHES global batches, a stand-in for "the whole dataset" that
 # LongAlign sorts: large enough that each cut group is length-homogeneous, small enough to sample fast.
 POOL_BATCHES = 32
@@ -60,7 +61,10 @@ class Workload:
     length file (one integer per line, or a ``num_tokens`` / ``length`` column or field)."""
     lengths: tuple[int, ...] = ()
     fixed_length: int = 0
-    max_length: int = 0  # 0: no limit; longer sequences are dropped, as the papers do
+    max_length: int = 0  # 0: no limit; longer sequences are dropped, as most papers do
+    overlong: str = "drop"
+    """What a dataset's sequences above ``max_length`` become: ``"drop"`` (left out before sampling) or
+    ``"truncate"`` (cut to ``max_length`` tokens, as InfiniPipe's evaluation does)."""
     global_batch_size: int = 0  # 0: len(lengths)
     num_batches: int = 1
     batching: str = "iid"
@@ -78,6 +82,9 @@ class Workload:
         if not isinstance(self.batching, str) or self.batching not in BATCHINGS:
             raise ConfigError("workload.batching", f"one of {', '.join(BATCHINGS)}", self.batching,
                               'set workload.batching = "iid" (independent draws) or "sorted-groups"')
+        if not isinstance(self.overlong, str) or self.overlong not in OVERLONG:
+            raise ConfigError("workload.overlong", f"one of {', '.join(OVERLONG)}", self.overlong,
+                              'set workload.overlong = "drop" or "truncate"')
         if self.lengths and any(not _is_int(n) or n < 1 for n in self.lengths):
             raise ConfigError("workload.lengths", "a list of positive integers", list(self.lengths))
         for key in ("fixed_length", "max_length"):
@@ -150,7 +157,7 @@ class Workload:
         if sort:
             rows = self._sorted_groups(rng)
         else:
-            draws = self.source().draw(rng, self.num_batches * self.global_batch_size)
+            draws = self._draw(rng, self.num_batches * self.global_batch_size)
             rows = draws.reshape(self.num_batches, self.global_batch_size)
         biggest = int(rows.sum(axis=1).max())
         if biggest > MAX_BATCH_TOKENS:
@@ -160,6 +167,12 @@ class Workload:
                               context=f"seed {seed} drew a batch of {biggest:,} tokens")
         return tuple(tuple(row) for row in rows.tolist())
 
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` lengths from the dataset, the overlong ones dropped or cut to ``max_length``."""
+        if self.overlong == "truncate" and self.max_length:
+            return np.minimum(load_dataset(self.dataset).draw(rng, n), self.max_length)
+        return self.source().draw(rng, n)
+
     def _sorted_groups(self, rng: np.random.Generator) -> np.ndarray:
         """LongAlign's sort_and_group: sort a pool by length, cut consecutive groups, pick groups at random.
 
@@ -167,7 +180,7 @@ class Workload:
         Returns a ``(num_batches, global_batch_size)`` array whose rows are ascending.
         """
         num_groups = max(POOL_BATCHES, self.num_batches)
-        pool = self.source().draw(rng, num_groups * self.global_batch_size)
+        pool = self._draw(rng, num_groups * self.global_batch_size)
         groups = np.sort(pool, kind="stable").reshape(num_groups, self.global_batch_size)
         return groups[rng.choice(num_groups, size=self.num_batches, replace=False)]
 

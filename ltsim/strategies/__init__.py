@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan
-from ltsim.strategies import (alst, chunkflow, deepspeed_cp, megatron_1f1b, seco, skrull,
-                              sorted_batching, spaco)
+from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, infinipipe,
+                              megatron_1f1b, seco, seq1f1b, skrull, sorted_batching, spaco)
 from ltsim.strategies.base import PlanContext, parse_options
 
 
@@ -45,7 +45,8 @@ def _entry(module: ModuleType) -> Strategy:
 
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
-    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst))}
+    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst, infinipipe, seq1f1b,
+    deepspeed_ulysses))}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -33,12 +33,18 @@ SMALL_OPTIONS: dict[str, list[dict]] = {
                   "offload_optimizer": False}],
     "spaco": [{"chunk_size": 16, "budget": 2}, {"chunk_size": 8, "budget": 3, "sampling": "bernoulli"},
               {"chunk_size": 32, "budget": 1, "compensation": "none"}],
+    "infinipipe": [{}, {"num_slices": 3, "warmup": "1f1b"}, {"chunking": "fixed", "num_slices": 2},
+                   {"chunking": "time-only", "checkpointing": "full", "grouping": False}],
+    "seq1f1b": [{"chunk_size": 32}, {"variant": "original", "num_splits": 3},
+                {"variant": "original", "num_splits": 2, "split": "average",
+                 "checkpointing": "full"}],
+    "deepspeed-ulysses": [{"bucket_size": 40}],
 }
 # Layouts a strategy needs: DeepSpeed-based ones do not pipeline; CP ranks make them interesting.
-NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching", "alst"}
+NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching", "alst", "deepspeed-ulysses"}
 # Strategies whose re-forward is their checkpoint refuse full recompute (a ConfigError, tested in
 # tests/unit/test_seco.py); they run with "selective" here instead.
-NO_FULL_RECOMPUTE = {"seco", "spaco"}
+NO_FULL_RECOMPUTE = {"seco", "spaco", "infinipipe", "seq1f1b"}
 # ALST offloads its layer-input checkpoints: it needs full recompute (tests/unit/test_alst.py
 # checks the refusal and the other policies).
 FULL_RECOMPUTE = {"alst"}

@@ -1,0 +1,393 @@
+"""InfiniPipe's chunk scheduler (Wang et al. 2025, section 3.3; PAPERS.md 4.3): 1F1B pipelines of
+chunks, longest sequences first, the grouping DP of Eq. 14 and the stage-aware chunk-level
+adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt).
+
+- **Order.** A pipeline forwards its units (epp_chunking.Unit) longest first, each unit's chunks in
+  order, and backwards each unit's chunks last to first (a slice's dK/dV comes from the slices
+  after it). Stage s (0-based, p = s + 1) forwards ``d_p - p + N_prefill - 1`` chunks before its
+  first backward (``warmup = "prefill"``), so it holds Eq. 7's |W_p| = d_p - p + N_prefill chunks
+  in the steady phase; ``warmup = "1f1b"`` keeps Megatron's d_p - p and forwards further only while
+  no backward is admissible (ChunkFlow's state-aware 1F1B), the schedule of Fig. 6(a).
+- **Windows** (PAPERS.md W1): for each stage, the chunks forwarded and not yet backwarded at each
+  backward of the stage's order, read from the very order the plan runs.
+- **MILP** (Alg. 2): one integer C_j in [0, L/d_p] per anti-diagonal, n + d_p - 1 of them; chunk k
+  on stage p checkpoints C[d_p - p + f2b[k]] layers (Eq. 15-16, f2b[k] its place in the backward
+  order). One constraint per stage and window: sum_k (I_pk - F_pk C) <= G_p, where I_pk is the
+  chunk's memory on that stage without checkpointing (its activations, plus its K/V gradients when
+  later slices of its sequence exist: Eq. 5), F_pk what one checkpointed layer saves (its
+  activations less the layer input and, for a slice later slices attend to, its K/V: Eq. 9-10),
+  and G_p the device memory less the stage's static memory and the largest transient working set
+  of the group's backwards. All from ltsim's own memory model (the buffers the plan allocates), so
+  the simulated peak stays within the limit the MILP used. Minimise sum C (Eq. 17-20); the time
+  is T_ckpt = F_hat sum C, F_hat the group's mean forward time of one layer.
+- **DP** (Eq. 14): units grouped by chunk count i; dp[i] = min_{k<i} dp[k] + cost(units with
+  k+1..i chunks), cost = delta + T_ckpt (an empty range costs nothing, an infeasible one is
+  infinite: PAPERS.md W2), delta = (d_p - 1) x the group's mean chunk time (forward + backward of
+  one stage). n(n+1)/2 transitions for a longest sequence of n chunks; ranges holding the same
+  units (chunk counts no unit has) share one solve, so a batch with units of every count 1..n
+  makes n(n+1)/2 solver calls, and one with m distinct counts m(m+1)/2 + 1 at most.
+
+``checkpointing``: "milp" (the above), "none" (C = 0), "full" (C = L/d_p), "uniform" (one C for
+every chunk and stage: the smallest that fits, the enhanced Seq1F1B's). The solver answers
+without SCIP where the answer is certain: C = 0 fits, or not even C = L/d_p fits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
+from ltsim.strategies.schedule import Layout
+
+CHECKPOINTINGS = ("milp", "none", "full", "uniform")
+WARMUPS = ("prefill", "1f1b")
+GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
+
+
+def check_time_limit(value: float) -> None:
+    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP."""
+    from ltsim.errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError("strategy.milp_time_limit_s", "a positive number of seconds", value)
+
+
+# -- costs ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ChunkCost:
+    """One chunk's stage time and, per stage, its memory coefficients (bytes)."""
+
+    fwd_s: float  # forward of one stage's layers (all-to-alls included)
+    bwd_s: float
+    layer_fwd_s: float  # one layer's forward
+    base: tuple[int, ...]  # I_pk per stage
+    saved: tuple[float, ...]  # F_pk per stage: bytes one checkpointed layer saves
+    transient: tuple[int, ...]  # its largest working set (forward, recompute, backward), per stage
+
+
+class StageCosts:
+    """ltsim's cost model asked the questions the chunker and the solver ask, cached."""
+
+    def __init__(self, cost, layout: Layout, keep: Keep) -> None:
+        self.cost, self.layout, self.keep = cost, layout, keep
+        self.split: Split = layout.split
+        self.devices = [d for d in layout.devices() if d.replica == 0]
+        self.stage_layers = layout.stage_layers
+        self.layers = self.stage_layers[0]
+        self._gpus = layout.gpus_of(self.devices[0])
+        self._times: dict = {}
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stage_layers)
+
+    @property
+    def max_ckpt_layers(self) -> int:
+        return min(b - a for a, b in self.stage_layers)
+
+    def _work(self, slices, layers=None, **flags) -> Work:
+        return Work(chunk=0, slices=tuple(slices), layers=layers or self.layers, split=self.split,
+                    **flags)
+
+    def time(self, kind: OpKind, slices) -> float:
+        """A stage's ``kind`` pass over ``slices`` (one of the first stage's layer count, without
+        embedding or head), with Ulysses' all-to-alls."""
+        key = (kind, tuple(slices))
+        value = self._times.get(key)
+        if value is None:
+            work = self._work(slices)
+            value = self.cost.compute_s(kind, work, keep=self.keep)
+            if self.split.cp > 1:
+                value += self.cost.comm_s(Comm("all_to_all", "qkvo", work,
+                                               group_size=self.split.cp, gpus=self._gpus))
+            self._times[key] = value
+        return value
+
+    def slice_time(self, piece: Slice) -> float:
+        """What Alg. 1 balances: a slice's backward time (Eq. 4)."""
+        return self.time(OpKind.B, (piece,))
+
+    def budget(self, stage: int) -> int:
+        """Device memory for activations on ``stage``: the limit less its static memory."""
+        return self.cost.memory_limit_bytes - self.cost.static_memory_bytes(self.devices[stage])
+
+    def chunk(self, slices, nontail: bool) -> ChunkCost:
+        fwd, bwd = self.time(OpKind.F, slices), self.time(OpKind.B, slices)
+        num_layers = self.layers[1] - self.layers[0]
+        base, saved, transient = [], [], []
+        for stage, device in enumerate(self.devices):
+            first, stop = device.layers
+            whole = self._work(slices, device.layers, embed=device.embed, head=device.head)
+            plain = self._work(slices, device.layers)
+            act = self.cost.buffer_bytes(Buffer("act", whole, self.keep))
+            rest = (self.cost.buffer_bytes(Buffer("act", replace(whole, layers=(stop, stop),
+                                                                 embed=False), self.keep))
+                    if device.head else 0)
+            kept = self.cost.buffer_bytes(Buffer("ckpt", plain))
+            kv = self.cost.buffer_bytes(Buffer("kv", plain)) if nontail else 0
+            grads = self.cost.buffer_bytes(Buffer("kv_grad", plain)) if nontail else 0
+            one = self.cost.buffer_bytes(Buffer("act", replace(whole, layers=(first, first + 1),
+                                                               head=device.head), Keep.ALL))
+            base.append(act + grads)
+            saved.append(max(0.0, (act - rest - kept - kv) / max(1, stop - first)))
+            transient.append(one + max(self.cost.working_bytes(kind, whole)
+                                       for kind in (OpKind.F, OpKind.R, OpKind.B)))
+        return ChunkCost(fwd, bwd, fwd / max(1, num_layers), tuple(base), tuple(saved),
+                         tuple(transient))
+
+
+# -- order and windows ----------------------------------------------------------------------------
+def pipeline_order(units: list[list[int]], stage: int, num_stages: int, warmup: str
+                   ) -> list[tuple[OpKind, int]]:
+    """(F or B, chunk) in one stage's order for units (chunk ids each, in sequence order) already
+    sorted longest first: pipeline.interleave_1f1b's rule on chunk ids alone (the solver builds
+    thousands; tests/unit/test_infinipipe.py checks it against interleave_1f1b)."""
+    fwd = [c for u in units for c in u]
+    bwd = [c for u in units for c in reversed(u)]
+    prefill = max((len(u) for u in units), default=1)
+    cap = (num_stages + prefill - 1 if warmup == "prefill" else num_stages) - stage
+    done: set[int] = set()
+    order: list[tuple[OpKind, int]] = []
+    f = in_flight = 0
+    F, B = OpKind.F, OpKind.B
+    for chunk in bwd:
+        while f < len(fwd) and (in_flight < cap or chunk not in done):
+            order.append((F, fwd[f]))
+            done.add(fwd[f])
+            in_flight += 1
+            f += 1
+        order.append((B, chunk))
+        in_flight -= 1
+    return order
+
+
+def backward_rank(units: list[list[int]]) -> dict[int, int]:
+    """f2b: each chunk's place in the backward order."""
+    order = [c for u in units for c in reversed(u)]
+    return {c: i for i, c in enumerate(order)}
+
+
+def windows(order: list[tuple[OpKind, int]]) -> list[tuple[int, ...]]:
+    """The distinct sets of chunks in flight (forwarded, not backwarded) at each backward."""
+    live: dict[int, None] = {}
+    seen: dict[tuple[int, ...], None] = {}
+    for kind, chunk in order:
+        if kind is OpKind.F:
+            live[chunk] = None
+        else:
+            seen[tuple(sorted(live))] = None
+            live.pop(chunk, None)
+    return list(seen)
+
+
+def ckpt_index(stage: int, num_stages: int, rank: int) -> int:
+    """Eq. 15-16: the anti-diagonal variable of the chunk ranked ``rank`` in backward order on
+    ``stage`` (0-based; the paper's p = stage + 1): C[d_p - p + f2b[k]]."""
+    return num_stages - 1 - stage + rank
+
+
+# -- the MILP -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Checkpointing:
+    """The solver's answer for one pipeline: layers per anti-diagonal (None: nothing fits)."""
+
+    values: tuple[int, ...] | None
+    status: str  # "trivial" (no SCIP needed), or SCIP's status
+    gap: float = 0.0
+    solve_s: float = 0.0
+
+    def layers(self, stage: int, num_stages: int, rank: int) -> int:
+        return self.values[ckpt_index(stage, num_stages, rank)]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Problem:
+    """Alg. 2's data for one pipeline, rearranged as covering rows: for every stage and window,
+    sum_j matrix[r, j] C_j >= need[r], with matrix[r, j] the bytes the window's chunks on
+    anti-diagonal j save per checkpointed layer (F) and need[r] = sum I - G (Eq. 20)."""
+
+    num_vars: int
+    max_layers: int
+    matrix: np.ndarray  # rows x num_vars
+    need: np.ndarray
+
+    def feasible(self, values) -> bool:
+        lhs = self.matrix @ np.asarray(values, dtype=float)
+        return bool(np.all(lhs >= self.need - 1e-6 * np.maximum(1.0, np.abs(self.need))))
+
+
+def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
+                  warmup: str, max_layers: int) -> Problem:
+    """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged)."""
+    num_stages = len(budgets)
+    rank = backward_rank(units)
+    num_vars = len(rank) + num_stages - 1
+    rows: dict[tuple, None] = {}
+    for stage in range(num_stages):
+        shift = num_stages - 1 - stage
+        for window in windows(pipeline_order(units, stage, num_stages, warmup)):
+            rows[(stage, window)] = None
+    matrix = np.zeros((len(rows), num_vars))
+    need = np.empty(len(rows))
+    for r, (stage, window) in enumerate(rows):
+        shift = num_stages - 1 - stage
+        need[r] = sum(costs[c].base[stage] for c in window) - budgets[stage]
+        for c in window:
+            matrix[r, shift + rank[c]] += costs[c].saved[stage]
+    keep = need > 0  # a window that fits with nothing checkpointed constrains nothing
+    return Problem(num_vars, max_layers, matrix[keep], need[keep])
+
+
+def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
+          relax: bool = False) -> Checkpointing:
+    """Minimise sum C subject to the problem's rows (Eq. 20); see the module docstring.
+    ``relax``: the LP relaxation (C continuous), rounded up: feasible, and its sum C is within
+    n + d_p - 1 layers of the MILP's optimum (what the search over N ranks candidates with)."""
+    n, top = problem.num_vars, problem.max_layers
+    zero, full = (0,) * n, (top,) * n
+    if mode in ("milp", "uniform", "none") and problem.feasible(zero):
+        return Checkpointing(zero, "trivial")
+    if not problem.feasible(full) or mode == "none":
+        return Checkpointing(None, "infeasible" if mode != "none" else "trivial")
+    if mode == "full":
+        return Checkpointing(full, "trivial")
+    return _scip(problem, uniform=mode == "uniform", time_limit_s=time_limit_s, relax=relax)
+
+
+def scip_model(problem: Problem, *, uniform: bool = False, relax: bool = False):
+    """Alg. 2 as a SCIP model: one variable per anti-diagonal in [0, max_layers], a covering row
+    per stage and window, minimise their sum. Returns (model, variables)."""
+    from pyscipopt import Model, quicksum  # imported here: plans without the MILP never need it
+
+    model = Model()
+    model.hideOutput()
+    variables = [model.addVar(f"C{j}", vtype="C" if relax else "I", lb=0, ub=problem.max_layers)
+                 for j in range(problem.num_vars)]
+    scale = float(problem.need.max(initial=1.0)) or 1.0
+    for row, need in zip(problem.matrix, problem.need):  # bytes scaled to O(1) for SCIP
+        model.addCons(quicksum(float(row[j]) / scale * variables[j] for j in np.flatnonzero(row))
+                      >= float(need) / scale)
+    if uniform:
+        for var in variables[1:]:
+            model.addCons(var == variables[0])
+    model.setObjective(quicksum(variables), "minimize")
+    return model, variables
+
+
+def _scip(problem: Problem, *, uniform: bool, time_limit_s: float, relax: bool = False
+          ) -> Checkpointing:
+    started = time.perf_counter()
+    model, variables = scip_model(problem, uniform=uniform, relax=relax)
+    model.setParam("limits/time", float(time_limit_s))
+    model.setParam("limits/gap", GAP_LIMIT)
+    model.optimize()
+    status = model.getStatus()
+    values = None
+    if model.getNSols() > 0:
+        best = model.getBestSol()
+        if relax:  # rounded up: every row's left side only grows
+            values = tuple(min(problem.max_layers, math.ceil(model.getSolVal(best, v) - 1e-6))
+                           for v in variables)
+        else:
+            values = tuple(int(round(model.getSolVal(best, v))) for v in variables)
+        if not problem.feasible(values):  # SCIP's tolerance let a row slip: no answer
+            values = None
+    gap = model.getGap() if values is not None else math.inf
+    return Checkpointing(values, "lp-" + status if relax else status,
+                         0.0 if gap is None or relax else float(gap), time.perf_counter() - started)
+
+
+# -- grouping DP ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """One 1F1B pipeline: its units (chunk ids, longest first) and their checkpointing."""
+
+    units: tuple[tuple[int, ...], ...]
+    checkpointing: Checkpointing
+    cost_s: float  # delta + T_ckpt
+
+
+@dataclass(slots=True)
+class SolverLog:
+    calls: int = 0
+    scip: int = 0  # MILPs SCIP solved
+    lp: int = 0  # LP relaxations (the search over N)
+    max_gap: float = 0.0
+    solve_s: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def add(self, answer: Checkpointing) -> None:
+        self.calls += 1
+        self.statuses[answer.status] = self.statuses.get(answer.status, 0) + 1
+        if answer.status.startswith("lp-"):
+            self.lp += 1
+            self.solve_s += answer.solve_s
+        elif answer.status != "trivial":
+            self.scip += 1
+            self.solve_s += answer.solve_s
+            if answer.values is not None:
+                self.max_gap = max(self.max_gap, answer.gap)
+
+
+def sort_longest_first(units: list[list[int]], tokens: dict[int, int]) -> list[list[int]]:
+    return sorted(units, key=lambda u: (-len(u), -sum(tokens[c] for c in u), u[0]))
+
+
+def solve_pipeline(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
+                   tokens: dict[int, int], *, mode: str, warmup: str, time_limit_s: float,
+                   log: SolverLog, max_layers: int, relax: bool = False) -> Pipeline:
+    """One group as one pipeline: its order, its checkpointing and its cost (inf: it cannot fit)."""
+    ordered = sort_longest_first(units, tokens)
+    if not ordered:
+        answer = Checkpointing((), "trivial")
+        log.add(answer)
+        return Pipeline((), answer, 0.0)
+    problem = build_problem(ordered, costs, budgets, warmup, max_layers)
+    answer = solve(problem, mode, time_limit_s=time_limit_s, relax=relax)
+    log.add(answer)
+    if answer.values is None:
+        return Pipeline(tuple(map(tuple, ordered)), answer, math.inf)
+    chunks = [c for u in ordered for c in u]
+    mean_chunk = sum(costs[c].fwd_s + costs[c].bwd_s for c in chunks) / len(chunks)
+    layer_fwd = sum(costs[c].layer_fwd_s for c in chunks) / len(chunks)
+    delta = (len(budgets) - 1) * mean_chunk
+    return Pipeline(tuple(map(tuple, ordered)), answer, delta + layer_fwd * sum(answer.values))
+
+
+def group(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
+          tokens: dict[int, int], *, mode: str, warmup: str, time_limit_s: float,
+          log: SolverLog, max_layers: int, relax: bool = False) -> tuple[list[Pipeline], float]:
+    """Eq. 14 over units grouped by chunk count; returns the pipelines (shortest units' group
+    last) and the DP's total cost (inf when even one unit per pipeline cannot fit)."""
+    by_count: dict[int, list[list[int]]] = {}
+    for unit in units:
+        by_count.setdefault(len(unit), []).append(unit)
+    n = max(by_count)
+    best = [0.0] + [math.inf] * n
+    choice: list[tuple[int, Pipeline | None]] = [(0, None)] * (n + 1)
+    solved: dict[tuple[int, int], Pipeline] = {}  # ranges of chunk counts holding the same units
+    present = sorted(by_count)
+    for i in range(1, n + 1):
+        for k in range(i):
+            span = [c for c in present if k < c <= i]
+            key = (span[0], span[-1]) if span else (0, 0)
+            pipe = solved.get(key)
+            if pipe is None:
+                members = [u for count in span for u in by_count[count]]
+                pipe = solved[key] = solve_pipeline(
+                    members, costs, budgets, tokens, mode=mode, warmup=warmup,
+                    time_limit_s=time_limit_s, log=log, max_layers=max_layers, relax=relax)
+            total = best[k] + pipe.cost_s
+            if total < best[i]:
+                best[i], choice[i] = total, (k, pipe)
+    pipes, i = [], n
+    while i > 0 and choice[i][1] is not None:
+        k, pipe = choice[i]
+        if pipe.units:
+            pipes.append(pipe)
+        i = k
+    return pipes, best[n]

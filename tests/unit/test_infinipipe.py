@@ -1,0 +1,203 @@
+"""InfiniPipe (EPP) against the paper's golden examples (PAPERS.md 4.6): Eq. 7's windows, Alg. 2's
+MILP shape and index map, the DP's solver calls, Fig. 6(a)'s toy, the mesh example and the
+chunking invariants; and that a planned batch fits the memory the MILP was given."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from ltsim.costs import UnitCostModel
+from ltsim.plan import Keep, OpKind, Slice
+from ltsim.runner import run
+from ltsim.scenario import load_scenario
+from ltsim.sim.engine import Engine
+from ltsim.strategies import REGISTRY, epp, infinipipe
+from ltsim.strategies.epp_chunking import chunk_balanced, mesh, split_on_mesh
+from ltsim.strategies.lowering import lower
+from ltsim.strategies.pipeline import interleave_1f1b
+from ltsim.strategies.schedule import Action, Schedule
+from tests.conftest import REPO, unit_ctx
+
+K = 1024
+
+
+def _chunk_cost(base=1, saved=1.0, stages=4):
+    return epp.ChunkCost(1.0, 2.0, 0.1, (base,) * stages, (saved,) * stages, (0,) * stages)
+
+
+def test_eq7_windows_in_the_prefill_schedule():
+    units = [[0, 1, 2]] + [[c] for c in range(3, 12)]  # longest (3 chunks) first
+    sizes = [max(map(len, epp.windows(epp.pipeline_order(units, s, 4, "prefill"))))
+             for s in range(4)]
+    assert sizes == [6, 5, 4, 3]  # |W_p| = d_p - p + N_prefill
+
+
+@pytest.mark.parametrize("warmup", ["prefill", "1f1b"])
+def test_pipeline_order_is_interleave_1f1b(warmup):
+    rng = random.Random(0)
+    for _ in range(50):
+        units, next_id = [], 0
+        for _ in range(rng.randint(1, 6)):
+            n = rng.randint(1, 4)
+            units.append(list(range(next_id, next_id + n)))
+            next_id += n
+        stages = rng.randint(1, 5)
+        prefill = max(map(len, units))
+        depth = stages + prefill - 1 if warmup == "prefill" else stages
+        for stage in range(stages):
+            fwd = [[Action(OpKind.F, c, Keep.ALL)] for u in units for c in u]
+            bwd = [[Action(OpKind.B, c, Keep.ALL)] for u in units for c in reversed(u)]
+            want = [(a.kind, a.chunk) for a in interleave_1f1b(fwd, bwd, stage, depth)]
+            assert epp.pipeline_order(units, stage, stages, warmup) == want
+
+
+def test_milp_has_one_variable_per_anti_diagonal_with_the_eq15_index_map():
+    d_p, n = 4, 7
+    units = [[0, 1, 2], [3, 4], [5], [6]]
+    costs = {c: _chunk_cost(base=10, saved=1.0) for c in range(n)}
+    problem = epp.build_problem(units, costs, [40.0] * d_p, "prefill", max_layers=5)
+    assert problem.num_vars == n + d_p - 1
+    model, variables = epp.scip_model(problem)
+    assert len(model.getVars()) == n + d_p - 1
+    assert all(v.getLbOriginal() == 0 and v.getUbOriginal() == 5 for v in variables)
+    rank = epp.backward_rank(units)  # backward order: 2 1 0 4 3 5 6
+    assert [rank[c] for c in range(n)] == [2, 1, 0, 4, 3, 5, 6]
+    assert epp.ckpt_index(0, d_p, rank[0]) == d_p - 1 + 2  # C[d_p - p + f2b[k]], p = 1
+    assert epp.ckpt_index(d_p - 1, d_p, rank[2]) == 0  # the last stage's first backward
+    # stage s's rows only touch its diagonal's variables
+    for stage in range(d_p):
+        cols = {epp.ckpt_index(stage, d_p, rank[c]) for c in range(n)}
+        assert cols == set(range(d_p - 1 - stage, d_p - 1 - stage + n))
+    answer = epp.solve(problem, "milp")
+    assert answer.values is not None and problem.feasible(answer.values)
+    assert answer.gap == pytest.approx(0.0)
+    assert all(0 <= v <= 5 for v in answer.values)
+
+
+def test_solver_short_cuts_and_infeasibility():
+    units = [[0, 1], [2]]
+    costs = {c: _chunk_cost(base=10, saved=1.0, stages=2) for c in range(3)}
+    roomy = epp.build_problem(units, costs, [100.0, 100.0], "prefill", max_layers=4)
+    assert epp.solve(roomy).values == (0,) * 4 and epp.solve(roomy).status == "trivial"
+    tight = epp.build_problem(units, costs, [1.0, 1.0], "prefill", max_layers=4)
+    assert epp.solve(tight).values is None  # even every layer checkpointed does not fit
+    assert epp.solve(tight, "full").values is None
+    some = epp.build_problem(units, costs, [27.0, 27.0], "prefill", max_layers=4)
+    milp, uniform = epp.solve(some), epp.solve(some, "uniform")
+    assert milp.values is not None and len(set(uniform.values)) == 1
+    assert sum(milp.values) <= sum(uniform.values)
+
+
+def test_grouping_dp_makes_n_n_plus_1_over_2_solver_calls():
+    n = 6
+    units, next_id = [], 0
+    for count in range(1, n + 1):  # one unit of every chunk count
+        units.append(list(range(next_id, next_id + count)))
+        next_id += count
+    costs = {c: _chunk_cost() for c in range(next_id)}
+    tokens = {c: 1 for c in range(next_id)}
+    log = epp.SolverLog()
+    pipes, total = epp.group(units, costs, [1e9] * 4, tokens, mode="milp", warmup="prefill",
+                             time_limit_s=1.0, log=log, max_layers=4)
+    assert log.calls == n * (n + 1) // 2
+    assert len(pipes) == 1 and total == pytest.approx(3 * 3.0)  # delta = (d_p - 1) x 3 s
+
+
+def _makespan(units, warmup):
+    """Fig. 6(a)'s toy on the unit preset: chunks of 30 tokens (F 30 s, B 60 s), d_p = 4."""
+    ctx = unit_ctx(pp=4)
+    layout = infinipipe.ulysses_layout(ctx)
+    pipe = epp.Pipeline(tuple(map(tuple, units)), epp.Checkpointing((0,) * 7, "trivial"), 0.0)
+    slices = {0: (Slice(0, 0, 30),), 1: (Slice(1, 0, 30),), 2: (Slice(1, 30, 60),),
+              3: (Slice(1, 60, 90),)}
+    from ltsim.plan import Chunk
+    chunks = tuple(Chunk(c, slices[c]) for c in range(4))
+    orders = {s: infinipipe.stage_order([pipe], Keep.ALL, s, s, layout, warmup) for s in range(4)}
+    plan = lower(Schedule(strategy="toy", options={}, seq_lengths=(30, 90), chunks=chunks,
+                          devices=layout.devices(), orders=orders), layout)
+    return Engine(UnitCostModel()).run(plan).makespan_s / 30
+
+
+def test_fig6a_longest_first_gives_23_against_25():
+    assert _makespan([[1, 2, 3], [0]], "1f1b") == pytest.approx(23)
+    assert _makespan([[0], [1, 2, 3]], "1f1b") == pytest.approx(25)
+    # Eq. 7's deeper warm-up removes the interruption in both orders
+    assert _makespan([[1, 2, 3], [0]], "prefill") == pytest.approx(21)
+    assert _makespan([[0], [1, 2, 3]], "prefill") == pytest.approx(21)
+
+
+def test_strategy_orders_longest_first():
+    strategy = REGISTRY["infinipipe"]
+    plan = strategy.plan((30, 90), unit_ctx(pp=4), strategy.parse({"num_slices": 3,
+                                                                     "warmup": "1f1b"}))
+    assert Engine(UnitCostModel()).run(plan).makespan_s == pytest.approx(23 * 30)
+
+
+def test_mesh_example_and_balance():
+    assert split_on_mesh(0, 13 * K, (8 * K, 4 * K, 2 * K)) == [
+        Slice(0, 0, 8 * K), Slice(0, 8 * K, 12 * K), Slice(0, 12 * K, 13 * K)]
+    assert split_on_mesh(0, 10 * K, (8 * K, 4 * K, 2 * K)) == [
+        Slice(0, 0, 8 * K), Slice(0, 8 * K, 10 * K)]
+
+    def quadratic(piece):  # Eq. 1's shape: a s + b ((C + s)^2 - C^2)
+        return 3.0 * piece.num_tokens + 1e-3 * (piece.stop ** 2 - piece.start ** 2)
+
+    grid = mesh(64 * K, 5, quadratic)
+    assert sum(grid.slices) == 64 * K and list(grid.slices) == sorted(grid.slices, reverse=True)
+    times, start = [], 0
+    for size in grid.slices:
+        times.append(quadratic(Slice(0, start, start + size)))
+        start += size
+    assert max(times) / min(times) < 1.001
+
+
+@pytest.mark.parametrize("mode", ["balanced", "time-only"])
+def test_chunking_invariants(mode):
+    rng = np.random.default_rng(1)
+    lengths = dict(enumerate(int(x) for x in rng.integers(1, 40 * K, size=200)))
+
+    def cost(piece):
+        return piece.num_tokens + 1e-4 * (piece.stop ** 2 - piece.start ** 2)
+
+    units, grid = chunk_balanced(lengths, 6, cost, 64 * K, mode)
+    seen = {}
+    for unit in units:
+        for i, chunk in enumerate(unit.chunks):
+            tails = [s for s in chunk if s.stop == lengths[s.seq] and s.start > 0]
+            assert len(tails) <= 1  # never two tail slices in one chunk
+            if unit.split and i == len(unit.chunks) - 1:
+                assert len(tails) == 1 or chunk[0].start == 0  # a hybrid holds exactly its tail
+            for s in chunk:
+                seen[s.seq] = seen.get(s.seq, 0) + s.num_tokens
+            if mode == "balanced":
+                assert sum(s.num_tokens for s in chunk) <= grid.tokens
+    assert seen == lengths
+
+
+@pytest.fixture(scope="module")
+def small_epp():
+    """GPT-7B on one node of 8 A800-40GB (SP 4 x PP 2) at 64K, 32 sequences: small enough to
+    plan and simulate in seconds, big enough that the MILP must checkpoint."""
+    scenario = load_scenario(REPO / "scenarios" / "infinipipe" / "gpt-13b-64k-infinipipe.toml")
+    return scenario.with_overrides({"model.preset": "gpt-7b", "hardware.num_nodes": 1,
+                                    "parallel.pp": 2, "parallel.cp": 4,
+                                    "workload.global_batch_size": 32})
+
+
+def test_planned_batch_fits_the_memory_the_milp_used(small_epp):
+    sim = run(small_epp)
+    plan, trace = sim.plans[0], sim.traces[0]
+    limit = sim.result.memory_limit_bytes
+    assert max(trace.peak_memory_bytes()) <= limit
+    assert plan.options["pipelines"] >= 1 and plan.options["milp_calls"] >= 1
+    recomputed = [op for op in plan.ops() if op.kind is OpKind.R]
+    assert recomputed  # at this size the MILP has to checkpoint something
+    # a partial recompute covers fewer layers than its stage holds
+    stage_layers = dict(enumerate(plan.stage_layers))
+    assert any(op.work.num_layers < stage_layers[op.stage][1] - stage_layers[op.stage][0]
+               for op in recomputed)
+    full = run(small_epp.with_overrides({"strategy.checkpointing": "full"}))
+    assert sim.result.batches[0].iteration_time_s < full.result.batches[0].iteration_time_s
