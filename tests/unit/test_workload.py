@@ -342,7 +342,7 @@ def test_missing_file_and_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'workload.dataset' must be an existing length file.*nope.txt"):
         Workload(dataset=str(tmp_path / "nope.txt"), global_batch_size=4).validate()
     with pytest.raises(ConfigError, match=r"built-in dataset \(azure-conv, chatqa2-long-sft, chunkflow-eval, "
-                                          r"docs-long, lmsys-chat-1m.*wikipedia-skrull\).*'lmsys'"):
+                                          r"docs-long, github-infinipipe, lmsys-chat-1m.*wikipedia-skrull\).*'lmsys'"):
         Workload(dataset="lmsys", global_batch_size=4).validate()
     other = tmp_path / "lengths.xlsx"
     other.write_text("1\n")
