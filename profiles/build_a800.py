@@ -19,13 +19,11 @@ Every row keeps its A100 source with a "derived-a100/" prefix and method "derive
 
 from __future__ import annotations
 
-import json
 import sys
-from datetime import date
 
 import pandas as pd
 
-from build_rtx3090 import A100, derive
+from build_rtx3090 import A100, derive, write
 
 OUT = A100.parent / "a800-40gb"
 LINK_RATIO = 300 / 200
@@ -36,31 +34,17 @@ SOURCES = {"a800-datasheet": "NVIDIA A800 40GB Active / A800 SXM4 datasheets: 31
 
 
 def main() -> int:
-    OUT.mkdir(exist_ok=True)
     gemm = derive(pd.read_csv(A100 / "gemm.csv"), 1.0)
     attention = derive(pd.read_csv(A100 / "attention.csv"), 1.0)
     collectives = pd.read_csv(A100 / "collectives.csv")
     collectives = derive(collectives, LINK_RATIO, collectives["scope"] == "intra")
-    for name, frame in (("gemm", gemm), ("attention", attention), ("collectives", collectives)):
-        frame.to_csv(OUT / f"{name}.csv", index=False)
-    base = json.loads((A100 / "meta.json").read_text())
-    meta = {
-        "command": "python profiles/build_a800.py", "date": date.today().isoformat(),
-        "device": "NVIDIA A800-SXM4-40GB (NVLink 400 GB/s), derived from a100-sxm4-80gb",
-        "memory_bytes": 40 * 2**30, "method": "derived",
-        "notes": __doc__.split("\n\n", 2)[2].strip(),
-        "software": base.get("software", {}),
-        "tables": {name: {"derived": desc, "rows": len(frame), "sources": SOURCES,
-                          **({"default_kernel": base["tables"]["attention"].get("default_kernel")}
-                             if name == "attention" else {})}
-                   for name, frame, desc in (
-                       ("gemm", gemm, "a100 rows x 1 (same GA100 compute)"),
-                       ("attention", attention, "a100 rows x 1 (same GA100 compute)"),
-                       ("collectives", collectives,
-                        f"a100 intra rows x {LINK_RATIO:.3f} (NVLink 300 / 200 GB/s per "
-                        "direction); inter rows as measured on A100"))},
-    }
-    (OUT / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write(OUT, "python profiles/build_a800.py", __doc__,
+          "NVIDIA A800-SXM4-40GB (NVLink 400 GB/s), derived from a100-sxm4-80gb", 40 * 2**30,
+          SOURCES,
+          (("gemm", gemm, "a100 rows x 1 (same GA100 compute)"),
+           ("attention", attention, "a100 rows x 1 (same GA100 compute)"),
+           ("collectives", collectives, f"a100 intra rows x {LINK_RATIO:.3f} (NVLink 300 / 200 "
+            "GB/s per direction); inter rows as measured on A100")))
     print(f"wrote {OUT}")
     return 0
 

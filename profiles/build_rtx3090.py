@@ -46,31 +46,39 @@ def derive(frame: pd.DataFrame, ratio: float, mask=None) -> pd.DataFrame:
     return frame
 
 
+def write(out: Path, command: str, doc: str, device: str, memory_bytes: int, sources: dict,
+          tables) -> None:
+    """A derived profile's tables and meta.json; ``tables``: (name, frame, how it was derived);
+    ``doc``: the build script's docstring, whose third paragraph on is the notes."""
+    out.mkdir(exist_ok=True)
+    for name, frame, _ in tables:
+        frame.to_csv(out / f"{name}.csv", index=False)
+    base = json.loads((A100 / "meta.json").read_text())
+    meta = {
+        "command": command, "date": date.today().isoformat(), "device": device,
+        "memory_bytes": memory_bytes, "method": "derived",
+        "notes": doc.split("\n\n", 2)[2].strip(),
+        "software": base.get("software", {}),
+        "tables": {name: {"derived": desc, "rows": len(frame), "sources": sources,
+                          **({"default_kernel": base["tables"]["attention"].get("default_kernel")}
+                             if name == "attention" else {})}
+                   for name, frame, desc in tables},
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def main() -> int:
-    OUT.mkdir(exist_ok=True)
     gemm = derive(pd.read_csv(A100 / "gemm.csv"), COMPUTE_RATIO)
     attention = derive(pd.read_csv(A100 / "attention.csv"), COMPUTE_RATIO)
     collectives = pd.read_csv(A100 / "collectives.csv")
     collectives = derive(collectives, LINK_RATIO, collectives["scope"] == "intra")
-    for name, frame in (("gemm", gemm), ("attention", attention), ("collectives", collectives)):
-        frame.to_csv(OUT / f"{name}.csv", index=False)
-    base = json.loads((A100 / "meta.json").read_text())
-    meta = {
-        "command": "python profiles/build_rtx3090.py", "date": date.today().isoformat(),
-        "device": "NVIDIA GeForce RTX 3090 (24 GB GDDR6X, PCIe 4.0), derived from a100-sxm4-80gb",
-        "memory_bytes": 24 * 2**30, "method": "derived",
-        "notes": __doc__.split("\n\n", 2)[2].strip(),
-        "software": base.get("software", {}),
-        "tables": {name: {"derived": desc, "rows": len(frame), "sources": SOURCES,
-                          **({"default_kernel": base["tables"]["attention"].get("default_kernel")}
-                             if name == "attention" else {})}
-                   for name, frame, desc in (
-                       ("gemm", gemm, f"a100 rows x {COMPUTE_RATIO:.3f} (312/71 TFLOPS)"),
-                       ("attention", attention, f"a100 rows x {COMPUTE_RATIO:.3f} (312/71 TFLOPS)"),
-                       ("collectives", collectives,
-                        f"a100 intra rows x {LINK_RATIO:.3f} (NVLink 300 / PCIe 4.0 32 GB/s)"))},
-    }
-    (OUT / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write(OUT, "python profiles/build_rtx3090.py", __doc__,
+          "NVIDIA GeForce RTX 3090 (24 GB GDDR6X, PCIe 4.0), derived from a100-sxm4-80gb",
+          24 * 2**30, SOURCES,
+          (("gemm", gemm, f"a100 rows x {COMPUTE_RATIO:.3f} (312/71 TFLOPS)"),
+           ("attention", attention, f"a100 rows x {COMPUTE_RATIO:.3f} (312/71 TFLOPS)"),
+           ("collectives", collectives,
+            f"a100 intra rows x {LINK_RATIO:.3f} (NVLink 300 / PCIe 4.0 32 GB/s)")))
     print(f"wrote {OUT}")
     return 0
 

@@ -37,7 +37,7 @@ from ltsim.strategies.base import PlanContext, split_replicas
 from ltsim.strategies.deepspeed_cp import check_no_pipeline
 from ltsim.strategies.lowering import DEFAULT_PASSES, lower
 from ltsim.strategies.offload import offload
-from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, ulysses_layout
 
 NAME = "alst"
 _ACT = Mem("act", keep=Keep.ALL)  # a layer's activations while its recompute's graph lives
@@ -61,16 +61,12 @@ def layout(ctx: PlanContext, options: Options) -> Layout:
         raise ConfigError("parallel.cp", "1 when strategy.ulysses is false (without sequence "
                           "parallelism each GPU trains its own sequence)", par.cp,
                           "set parallel.cp = 1, or strategy.ulysses = true")
-    heads = ctx.model.num_attention_heads
-    if heads % (par.tp * par.cp):
-        raise ConfigError("parallel.cp", f"a divisor of the {heads} attention heads / tp (Ulysses "
-                          "splits the heads over the sequence-parallel ranks)", par.cp,
-                          "choose parallel.cp so that it divides the heads")
+    grid = ulysses_layout(par, ctx.model.num_layers, ctx.model.num_attention_heads)
     if options.offload_checkpoints and par.recompute != "full":
         raise ConfigError("parallel.recompute", '"full" with strategy.offload_checkpoints (the '
                           "checkpoints offloaded are the layer inputs)", par.recompute,
                           'set parallel.recompute = "full", or strategy.offload_checkpoints = false')
-    return Layout.of(replace(par, cp_kind="ulysses") if par.cp > 1 else par, ctx.model.num_layers)
+    return grid
 
 
 def sequence_actions(chunk: int, layers: tuple[int, int], keep: Keep, tiling: Tiling

@@ -228,16 +228,14 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
     num_vars = len(rank) + num_stages - 1
     rows: dict[tuple, None] = {}
     for stage in range(num_stages):
-        shift = num_stages - 1 - stage
         for window in windows(pipeline_order(units, stage, num_stages, warmup)):
             rows[(stage, window)] = None
     matrix = np.zeros((len(rows), num_vars))
     need = np.empty(len(rows))
     for r, (stage, window) in enumerate(rows):
-        shift = num_stages - 1 - stage
         need[r] = sum(costs[c].base[stage] for c in window) - budgets[stage]
         for c in window:
-            matrix[r, shift + rank[c]] += costs[c].saved[stage]
+            matrix[r, ckpt_index(stage, num_stages, rank[c])] += costs[c].saved[stage]
     keep = need > 0  # a window that fits with nothing checkpointed constrains nothing
     return Problem(num_vars, max_layers, matrix[keep], need[keep])
 
@@ -249,10 +247,12 @@ def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
     n + d_p - 1 layers of the MILP's optimum (what the search over N ranks candidates with)."""
     n, top = problem.num_vars, problem.max_layers
     zero, full = (0,) * n, (top,) * n
-    if mode in ("milp", "uniform", "none") and problem.feasible(zero):
+    if mode != "full" and problem.feasible(zero):
         return Checkpointing(zero, "trivial")
-    if not problem.feasible(full) or mode == "none":
-        return Checkpointing(None, "infeasible" if mode != "none" else "trivial")
+    if mode == "none":
+        return Checkpointing(None, "trivial")
+    if not problem.feasible(full):
+        return Checkpointing(None, "infeasible")
     if mode == "full":
         return Checkpointing(full, "trivial")
     return _scip(problem, uniform=mode == "uniform", time_limit_s=time_limit_s, relax=relax)

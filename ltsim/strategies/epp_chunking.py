@@ -30,7 +30,7 @@ in order (the last one its tail, maybe with short sequences: a hybrid chunk) or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from ltsim.plan import Slice
@@ -61,7 +61,7 @@ class Unit:
     sequence in order, its last the tail (``split``), or one batched chunk of short sequences."""
 
     chunks: tuple[tuple[Slice, ...], ...]
-    split: bool = field(default=False)
+    split: bool = False
 
     @property
     def num_tokens(self) -> int:

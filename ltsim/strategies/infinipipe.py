@@ -40,7 +40,7 @@ from typing import Callable
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, op_key
-from ltsim.strategies import epp
+from ltsim.strategies import epp, schedule
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.epp_chunking import CHUNKINGS, Unit, chunk_balanced, chunk_fixed, mesh
 from ltsim.strategies.lowering import lower
@@ -78,14 +78,9 @@ class Options:
 
 
 def ulysses_layout(ctx: PlanContext) -> Layout:
-    """Ulysses SP over the cp ranks of a stage (heads divisible by tp x cp), PP across stages."""
-    par = ctx.parallel
-    heads = ctx.model.num_attention_heads
-    if heads % (par.tp * par.cp):
-        raise ConfigError("parallel.cp", f"a divisor of the {heads} attention heads / tp (Ulysses "
-                          "splits the heads over the sequence-parallel ranks)", par.cp,
-                          "choose parallel.cp so that it divides the heads")
-    return Layout.of(replace(par, cp_kind="ulysses") if par.cp > 1 else par, ctx.model.num_layers)
+    """Ulysses SP over the cp ranks of a stage, PP across stages (schedule.ulysses_layout)."""
+    return schedule.ulysses_layout(ctx.parallel, ctx.model.num_layers,
+                                   ctx.model.num_attention_heads)
 
 
 def uncheckpointed_keep(ctx: PlanContext, name: str, checkpointing: str) -> Keep:

@@ -14,7 +14,7 @@ reduction, host offload, the optimizer step). The types here are that contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -169,3 +169,14 @@ class Layout:
         if device.cp_rank >= 0:  # one rank of a CP group
             first += self.parallel.tp * device.cp_rank
         return first, first + self.parallel.tp * device.cp_width - 1
+
+
+def ulysses_layout(parallel: ParallelConfig, num_layers: int, num_heads: int) -> Layout:
+    """The lockstep layout with Ulysses sequence parallelism over the cp ranks (ALST, InfiniPipe,
+    DeepSpeed-Ulysses): the heads must divide over tp x cp."""
+    if num_heads % (parallel.tp * parallel.cp):
+        raise ConfigError("parallel.cp", f"a divisor of the {num_heads} attention heads / tp (Ulysses "
+                          "splits the heads over the sequence-parallel ranks)", parallel.cp,
+                          "choose parallel.cp so that it divides the heads")
+    return Layout.of(replace(parallel, cp_kind="ulysses") if parallel.cp > 1 else parallel,
+                     num_layers)
