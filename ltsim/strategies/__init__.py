@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan
-from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, infinipipe,
+from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, flexsp, infinipipe,
                               megatron_1f1b, seco, seq1f1b, skrull, sorted_batching, spaco)
 from ltsim.strategies.base import PlanContext, parse_options
 
@@ -46,7 +46,7 @@ def _entry(module: ModuleType) -> Strategy:
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
     megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst, infinipipe, seq1f1b,
-    deepspeed_ulysses))}
+    deepspeed_ulysses, flexsp))}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -17,7 +17,7 @@ adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt).
   later slices of its sequence exist: Eq. 5), F_pk what one checkpointed layer saves (its
   activations less the layer input and, for a slice later slices attend to, its K/V: Eq. 9-10),
   and G_p the device memory less the stage's static memory and the largest transient working set
-  of the group's backwards. All from ltsim's own memory model (the buffers the plan allocates), so
+  (forward, recompute or backward) of the window's chunks. All from ltsim's own memory model (the buffers the plan allocates), so
   the simulated peak stays within the limit the MILP used. Minimise sum C (Eq. 17-20); the time
   is T_ckpt = F_hat sum C, F_hat the group's mean forward time of one layer.
 - **DP** (Eq. 14): units grouped by chunk count i; dp[i] = min_{k<i} dp[k] + cost(units with
@@ -107,9 +107,9 @@ class StageCosts:
             self._times[key] = value
         return value
 
-    def slice_time(self, piece: Slice) -> float:
-        """What Alg. 1 balances: a slice's backward time (Eq. 4)."""
-        return self.time(OpKind.B, (piece,))
+    def chunk_time(self, slices: tuple[Slice, ...]) -> float:
+        """What Alg. 1 balances: a chunk's backward time (Eq. 4)."""
+        return self.time(OpKind.B, slices)
 
     def budget(self, stage: int) -> int:
         """Device memory for activations on ``stage``: the limit less its static memory."""
@@ -222,7 +222,8 @@ class Problem:
 
 def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
                   warmup: str, max_layers: int) -> Problem:
-    """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged)."""
+    """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged), G_p the
+    stage's budget less the largest working set among the window's chunks."""
     num_stages = len(budgets)
     rank = backward_rank(units)
     num_vars = len(rank) + num_stages - 1
@@ -233,7 +234,8 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
     matrix = np.zeros((len(rows), num_vars))
     need = np.empty(len(rows))
     for r, (stage, window) in enumerate(rows):
-        need[r] = sum(costs[c].base[stage] for c in window) - budgets[stage]
+        need[r] = (sum(costs[c].base[stage] for c in window) - budgets[stage]
+                   + max(costs[c].transient[stage] for c in window))
         for c in window:
             matrix[r, ckpt_index(stage, num_stages, rank[c])] += costs[c].saved[stage]
     keep = need > 0  # a window that fits with nothing checkpointed constrains nothing
@@ -358,36 +360,65 @@ def solve_pipeline(units: list[list[int]], costs: dict[int, ChunkCost], budgets:
     return Pipeline(tuple(map(tuple, ordered)), answer, delta + layer_fwd * sum(answer.values))
 
 
+def solve_range(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
+                tokens: dict[int, int], **kwargs) -> list[Pipeline]:
+    """One DP range as one pipeline or, when that cannot fit (PAPERS.md W2) and the range holds
+    several units, as consecutive pipelines: longest units first, each pipeline the longest run
+    of them that fits (bisection), the paper's "a number of 1F1B pipelines ... for multiple
+    excessively long sequences" that a chunk-count range alone cannot split. Infinite cost when
+    one unit alone cannot fit."""
+    whole = solve_pipeline(units, costs, budgets, tokens, **kwargs)
+    if math.isfinite(whole.cost_s) or len(units) <= 1:
+        return [whole]
+    ordered = sort_longest_first(units, tokens)
+    out, start = [], 0
+    while start < len(ordered):
+        best = solve_pipeline(ordered[start:start + 1], costs, budgets, tokens, **kwargs)
+        if not math.isfinite(best.cost_s):
+            return [whole]
+        lo, hi = start + 1, len(ordered) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = solve_pipeline(ordered[start:mid], costs, budgets, tokens, **kwargs)
+            if math.isfinite(found.cost_s):
+                lo, best = mid, found
+            else:
+                hi = mid - 1
+        out.append(best)
+        start = lo
+    return out
+
+
 def group(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
           tokens: dict[int, int], *, mode: str, warmup: str, time_limit_s: float,
           log: SolverLog, max_layers: int, relax: bool = False) -> tuple[list[Pipeline], float]:
     """Eq. 14 over units grouped by chunk count; returns the pipelines (shortest units' group
-    last) and the DP's total cost (inf when even one unit per pipeline cannot fit)."""
+    last) and the DP's total cost (inf when even one unit per pipeline cannot fit). A range that
+    cannot fit as one pipeline runs as several (solve_range)."""
     by_count: dict[int, list[list[int]]] = {}
     for unit in units:
         by_count.setdefault(len(unit), []).append(unit)
     n = max(by_count)
     best = [0.0] + [math.inf] * n
-    choice: list[tuple[int, Pipeline | None]] = [(0, None)] * (n + 1)
-    solved: dict[tuple[int, int], Pipeline] = {}  # ranges of chunk counts holding the same units
+    choice: list[tuple[int, list[Pipeline]]] = [(0, [])] * (n + 1)
+    solved: dict[tuple[int, int], list[Pipeline]] = {}  # ranges of chunk counts, same units
     present = sorted(by_count)
     for i in range(1, n + 1):
         for k in range(i):
             span = [c for c in present if k < c <= i]
             key = (span[0], span[-1]) if span else (0, 0)
-            pipe = solved.get(key)
-            if pipe is None:
+            pipes = solved.get(key)
+            if pipes is None:
                 members = [u for count in span for u in by_count[count]]
-                pipe = solved[key] = solve_pipeline(
+                pipes = solved[key] = solve_range(
                     members, costs, budgets, tokens, mode=mode, warmup=warmup,
                     time_limit_s=time_limit_s, log=log, max_layers=max_layers, relax=relax)
-            total = best[k] + pipe.cost_s
+            total = best[k] + sum(p.cost_s for p in pipes)
             if total < best[i]:
-                best[i], choice[i] = total, (k, pipe)
-    pipes, i = [], n
-    while i > 0 and choice[i][1] is not None:
-        k, pipe = choice[i]
-        if pipe.units:
-            pipes.append(pipe)
+                best[i], choice[i] = total, (k, pipes)
+    out, i = [], n
+    while i > 0 and choice[i][1]:
+        k, pipes = choice[i]
+        out += [p for p in pipes if p.units]
         i = k
-    return pipes, best[n]
+    return out, best[n]

@@ -1,13 +1,15 @@
 """InfiniPipe's workload-balanced chunking (Wang et al. 2025, Alg. 1; PAPERS.md 4.2), and the fixed
 chunking its ablation and the enhanced Seq1F1B use.
 
-The input is one DP replica's sequences and a slice time ``T(seq, start, stop)`` (the backward of
-the tokens [start, stop) of a sequence with its context, from ltsim's cost model: Eq. 4's reading).
+The input is one DP replica's sequences and a chunk time ``T(slices)``: the backward of a chunk
+holding those slices, each the tokens [start, stop) of a sequence with its context, from ltsim's
+cost model (Eq. 4's reading). A bucket is priced as the chunk it becomes, not as the sum of its
+slices alone: a chunk pays its fixed per-op costs once, whatever it packs.
 
 1. **Mesh** (line 1): the longest sequence is cut into ``N`` slices of equal backward time. Time
    is additive over a sequence (a slice's attention covers exactly the query rows the causal whole
    would, Eq. 1's (C+s)^2 - C^2), so boundary i is where the prefix time reaches i/N of the whole;
-   found by bisection on the prefix time. T_t is the longest slice time, T_m the first slice's
+   found by bisection on the prefix time of the sequence alone. T_t is the longest slice time, T_m the first slice's
    tokens (the mesh's largest).
 2. **Split** (line 2): a sequence longer than T_m (PAPERS.md F2: "short" means <= T_m) is cut into
    the mesh's slices in order; its remainder, at most the next mesh slice, is its tail slice
@@ -16,7 +18,7 @@ the tokens [start, stop) of a sequence with its context, from ltsim's cost model
    short sequences in descending time into the bucket of lowest time per token that stays within
    T_t and T_m (best fit on the metric of line 9); a sequence that fits no bucket's tokens opens a
    new one; one that fits some bucket's tokens but no bucket's time raises T_t to the least
-   time among the buckets whose tokens fit, plus its own (PAPERS.md F1: the printed line 15 takes
+   time of the chunks it could join, the buckets whose tokens fit (PAPERS.md F1: the printed line 15 takes
    the minimum over all buckets and can loop forever when that bucket fails on tokens).
 
 ``time-only`` (Table 2's "Balance Time"): the same split, but short sequences go to the bucket of
@@ -36,7 +38,7 @@ from typing import Callable
 from ltsim.plan import Slice
 
 CHUNKINGS = ("balanced", "time-only", "fixed")
-SliceTime = Callable[[Slice], float]
+ChunkTime = Callable[[tuple[Slice, ...]], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,24 +70,24 @@ class Unit:
         return sum(s.num_tokens for chunk in self.chunks for s in chunk)
 
 
-def mesh(length: int, num_slices: int, time_of: SliceTime) -> Mesh:
+def mesh(length: int, num_slices: int, time_of: ChunkTime) -> Mesh:
     """Alg. 1 line 1: ``length`` tokens in ``num_slices`` slices of equal backward time."""
     num_slices = max(1, min(num_slices, length))
-    whole = time_of(Slice(0, 0, length))
+    whole = time_of((Slice(0, 0, length),))
     bounds = [0]
     for i in range(1, num_slices):
         target = whole * i / num_slices
         lo, hi = bounds[-1] + 1, length - (num_slices - i)  # every slice keeps a token
         while lo < hi:  # the first boundary whose prefix time reaches the target
             mid = (lo + hi) // 2
-            if time_of(Slice(0, 0, mid)) >= target:
+            if time_of((Slice(0, 0, mid),)) >= target:
                 hi = mid
             else:
                 lo = mid + 1
         bounds.append(lo)
     bounds.append(length)
     sizes = tuple(b - a for a, b in zip(bounds, bounds[1:]))
-    time_s = max(time_of(Slice(0, a, b)) for a, b in zip(bounds, bounds[1:]))
+    time_s = max(time_of((Slice(0, a, b),)) for a, b in zip(bounds, bounds[1:]))
     return Mesh(sizes, time_s, max(sizes))
 
 
@@ -101,7 +103,7 @@ def split_on_mesh(seq: int, length: int, sizes: tuple[int, ...]) -> list[Slice]:
     return out
 
 
-def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: SliceTime,
+def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: ChunkTime,
                    capacity: int, mode: str = "balanced") -> tuple[list[Unit], Mesh]:
     """Alg. 1 (``mode`` "balanced") or its time-only variant over sequences ``lengths``
     (id -> tokens). ``capacity``: the most tokens a chunk may hold (PAPERS.md F4)."""
@@ -113,12 +115,12 @@ def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: SliceTime,
     shorts = []
     for seq, length in lengths.items():
         if length <= grid.tokens:
-            shorts.append((time_of(Slice(seq, 0, length)), length, seq))
+            shorts.append((time_of((Slice(seq, 0, length),)), length, seq))
             continue
         pieces = split_on_mesh(seq, length, grid.slices)
         units.append(Unit(tuple((p,) for p in pieces[:-1]), split=True))
         tails[len(buckets)] = len(units) - 1
-        buckets.append(_Bucket([pieces[-1]], time_of(pieces[-1]), pieces[-1].num_tokens))
+        buckets.append(_Bucket([pieces[-1]], time_of((pieces[-1],)), pieces[-1].num_tokens))
     shorts.sort(key=lambda x: (-x[0], -x[1], x[2]))
     limit_t = grid.time_s
     limit_m = grid.tokens if mode == "balanced" else max(capacity, grid.tokens)
@@ -132,12 +134,17 @@ def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: SliceTime,
             fits.sort(key=lambda b: b.time_s / b.tokens)
         else:  # time only: the least loaded bucket first
             fits.sort(key=lambda b: b.time_s)
-        chosen = next((b for b in fits if b.time_s + time_s <= limit_t), None)
+        chosen, after = None, {}
+        for bucket in fits:  # the first in priority order whose chunk stays within T_t
+            after[id(bucket)] = time_of(tuple(bucket.slices) + (piece,))
+            if after[id(bucket)] <= limit_t:
+                chosen = bucket
+                break
         if chosen is None:  # line 15, F1: over the buckets whose tokens fit
-            chosen = min(fits, key=lambda b: b.time_s)
-            limit_t = chosen.time_s + time_s
+            chosen = min(fits, key=lambda b: after[id(b)])
+            limit_t = after[id(chosen)]
         chosen.slices.append(piece)
-        chosen.time_s += time_s
+        chosen.time_s = after[id(chosen)]
         chosen.tokens += tokens
     for index, bucket in enumerate(buckets):
         owner = tails.get(index)

@@ -23,9 +23,11 @@ attention), pipeline parallelism across stages (``parallel.pp`` = d_p), ZeRO (``
 
 Options: ``num_slices`` ("auto" or N), ``chunking`` ("balanced" Alg. 1, "time-only" Table 2's
 "Balance Time", "fixed" slices of the mesh's first slice), ``checkpointing`` ("milp", "none",
-"full", "uniform"), ``grouping`` (true: the DP; false: one pipeline), ``warmup`` ("prefill": Eq. 7's
-d_p - p + N_prefill - 1 forwards before the first backward, so the steady phase has no bubble;
-"1f1b": Megatron's, the schedule of Fig. 6(a)), ``milp_time_limit_s`` per MILP.
+"full", "uniform"), ``grouping`` (true: the DP; false: one pipeline, or as few as fit),
+``warmup`` ("prefill": Eq. 7's d_p - p + N_prefill - 1 forwards before the first backward, so the
+steady phase has no bubble; "1f1b": Megatron's, the schedule of Fig. 6(a)),
+``milp_time_limit_s`` per MILP. A DP range that cannot fit as one pipeline runs as several
+(epp.solve_range), which is how "none" fits long sequences.
 ``parallel.recompute`` sets what uncheckpointed layers keep ("none" or "selective"); "full" is
 ``checkpointing = "full"``. The resolved options of a plan record N, the pipelines and the solver
 (calls, SCIP solves, the largest gap, seconds).
@@ -147,7 +149,7 @@ class Planner:
                 continue
             if best is None or found.estimate_s < best.estimate_s:
                 best, worse = found, 0
-            elif math.isfinite(best.estimate_s):
+            else:  # no better (or, while nothing fits, still nothing)
                 worse += 1
                 if worse >= _PATIENCE:
                     break
@@ -174,10 +176,12 @@ class Planner:
         if self.grouping:
             pipes, total = epp.group(units, costs, self.budgets, tokens, **kwargs)
         else:
-            pipe = epp.solve_pipeline(units, costs, self.budgets, tokens, **kwargs)
-            pipes, total = [pipe], pipe.cost_s
-        if not math.isfinite(total):  # nothing fits: one pipeline, every layer checkpointed
-            values = (self.costs.max_ckpt_layers,) * (len(chunks) + self.costs.num_stages - 1)
+            pipes = epp.solve_range(units, costs, self.budgets, tokens, **kwargs)
+            total = sum(p.cost_s for p in pipes)
+        if not math.isfinite(total):  # one unit alone does not fit: one pipeline with every
+            # layer checkpointed ("none": none); the simulation reports what does not fit
+            layers = 0 if self.mode == "none" else self.costs.max_ckpt_layers
+            values = (layers,) * (len(chunks) + self.costs.num_stages - 1)
             ordered = epp.sort_longest_first(units, tokens)
             pipes = [epp.Pipeline(tuple(map(tuple, ordered)),
                                   epp.Checkpointing(values, "infeasible"), math.inf)]
@@ -277,8 +281,8 @@ def _units(options: Options) -> MakeUnits:
     def make_units(costs: epp.StageCosts, capacity: int, lengths: dict[int, int], n: int
                    ) -> list[Unit]:
         if options.chunking == "fixed":
-            return chunk_fixed(lengths, mesh(max(lengths.values()), n, costs.slice_time).tokens)
-        return chunk_balanced(lengths, n, costs.slice_time, capacity, options.chunking)[0]
+            return chunk_fixed(lengths, mesh(max(lengths.values()), n, costs.chunk_time).tokens)
+        return chunk_balanced(lengths, n, costs.chunk_time, capacity, options.chunking)[0]
     return make_units
 
 

@@ -265,12 +265,14 @@ def _local_part(compute: list[Op], op: Op, device: Device) -> Op | None:
 
 
 def _cp_group(draft: Draft, device: Device, cp: int) -> tuple[tuple[int, ...], tuple[int, int]]:
-    """The devices and GPU ranks of a CP-sharded op: the lockstep device itself, or the ranks of
-    the CP group when the device is one rank (they meet in a collective)."""
+    """The devices and GPU ranks of a CP-sharded op: the lockstep device itself, or, when the
+    device is one rank, the ranks of its CP group (they meet in a collective): the whole group, or
+    for a degree below the group's the aligned block of ``cp`` ranks holding it (FlexSP)."""
     if device.cp_width == cp or device.cp_rank < 0:
         return (device.index,), draft.layout.gpus_of(device)
     members = [d for d in draft.schedule.devices if d.replica == device.replica
-               and d.stage == device.stage and d.cp_rank >= 0]
+               and d.stage == device.stage and d.cp_rank >= 0
+               and d.cp_rank // cp == device.cp_rank // cp]
     ranks = [r for d in members for r in draft.layout.gpus_of(d)]
     return tuple(d.index for d in members), (min(ranks), max(ranks))
 

@@ -59,7 +59,7 @@ def segments(seq: int, length: int, options: Options, costs: epp.StageCosts) -> 
         bounds = [length * i // k for i in range(k + 1)]
         sizes = [b - a for a, b in zip(bounds, bounds[1:])]
     else:
-        sizes = list(mesh(length, k, costs.slice_time).slices)
+        sizes = list(mesh(length, k, costs.chunk_time).slices)
     out, start = [], 0
     for size in sizes:
         out.append((Slice(seq, start, start + size),))

@@ -54,7 +54,7 @@ def test_override_uses_toml_syntax(tmp_path):
      r"parallel\.pp must be such that tp\*cp\*pp divides the 4 devices \(got 3\)"),
     (BASE + "\n[extra]\nx = 1\n", r"extra must be a known section"),
     (BASE.replace('name = "megatron-1f1b"', 'name = "megatron"'),
-     r"strategy\.name must be one of alst, chunkflow, deepspeed-cp, deepspeed-ulysses, infinipipe, megatron-1f1b, seco, seq1f1b, skrull, sorted-batching, spaco"),
+     r"strategy\.name must be one of alst, chunkflow, deepspeed-cp, deepspeed-ulysses, flexsp, infinipipe, megatron-1f1b, seco, seq1f1b, skrull, sorted-batching, spaco"),
     (BASE.replace('name = "megatron-1f1b"', 'name = "megatron-1f1b"\nmicro_batch = 2'),
      r"strategy\.micro_batch must be an option of 'megatron-1f1b'"),
     (BASE.replace("lengths = [4, 2, 1, 1]", "lengths = [4, -2]"),

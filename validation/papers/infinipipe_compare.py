@@ -22,6 +22,7 @@ RUNS = (("infinipipe", "gpt-13b-64k-infinipipe", {}),
         ("infinipipe, full checkpointing", "gpt-13b-64k-infinipipe",
          {"strategy.checkpointing": "full"}),
         ("seq1f1b (enhanced)", "gpt-13b-64k-seq1f1b", {}),
+        ("flexsp", "gpt-13b-64k-flexsp", {}),
         ("deepspeed-ulysses", "gpt-13b-64k-deepspeed-ulysses", {}),
         ("megatron (TP8 CP4)", "gpt-13b-64k-megatron", {}))
 
