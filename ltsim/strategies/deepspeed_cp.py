@@ -18,10 +18,10 @@ the in-order packing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ltsim.errors import ConfigError
-from ltsim.plan import Buffer, Chunk, OpKind, Plan, Slice, Split, Work
+from ltsim.plan import Buffer, Chunk, Keep, OpKind, Plan, Slice, Split, Work
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
@@ -58,15 +58,26 @@ def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str) -> int:
     """BucketSize C in tokens per rank. "auto": Skrull's Eq. 12, Memory(S) = alpha S + beta, solved
     for the largest S that fits: (usable device memory - static memory) / bytes per token of one
     whole sequence on one rank (all layers, embedding and logits, the recompute policy's
-    activations, and the loss's working set at its backward peak), from ltsim's memory model."""
+    activations, and the loss's working set at its backward peak), from ltsim's memory model.
+    Under full recompute the activations are what the plan holds at the backward: every layer's
+    input and one layer's activations with the logits (pipeline.kept_actions)."""
     if value != "auto":
         return int(value)
     device = layout.rank_devices()[0]
     par = ctx.parallel
     work = Work(chunk=0, slices=(Slice(0, 0, _PROBE_TOKENS),), layers=device.layers,
                 split=Split(tp=par.tp, sp=par.sequence_parallel), embed=True, head=True)
-    per_token = (ctx.cost.buffer_bytes(Buffer("act", work, keep_policy(par.recompute)))
-                 + ctx.cost.working_bytes(OpKind.B, work)) / _PROBE_TOKENS  # + the loss's peak
+    keep = keep_policy(par.recompute)
+    if keep is Keep.INPUT:  # what kept_actions holds at the backward: the layer inputs, and one
+        # layer's activations with the embedding input and the logits
+        plain = Work(chunk=0, slices=work.slices, layers=work.layers, split=work.split)
+        first = work.layers[0]
+        held = (ctx.cost.buffer_bytes(Buffer("ckpt", plain))
+                + ctx.cost.buffer_bytes(Buffer("act", replace(work, layers=(first, first + 1)),
+                                               Keep.ALL)))
+    else:
+        held = ctx.cost.buffer_bytes(Buffer("act", work, keep))
+    per_token = (held + ctx.cost.working_bytes(OpKind.B, work)) / _PROBE_TOKENS  # + loss's peak
     free = ctx.cost.memory_limit_bytes - ctx.cost.static_memory_bytes(device)
     if per_token <= 0:
         return 1 << 40  # the unit preset's toy model charges no memory per token here
