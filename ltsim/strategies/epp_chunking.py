@@ -21,8 +21,9 @@ slices alone: a chunk pays its fixed per-op costs once, whatever it packs.
    time of the chunks it could join, the buckets whose tokens fit (PAPERS.md F1: the printed line 15 takes
    the minimum over all buckets and can loop forever when that bucket fails on tokens).
 
-``time-only`` (Table 2's "Balance Time"): the same split, but short sequences go to the bucket of
-least time whose tokens stay within the token capacity (not T_m): chunks balanced on time alone.
+``time-only`` (Table 2's "Balance Time"): the same split, but short sequences packed best fit
+decreasing on time alone: each into the bucket it leaves fullest within T_t, a new bucket when
+none has room, tokens bounded only by the token capacity (not T_m): chunks balanced on time alone.
 ``fixed`` (the ablation without balanced chunking; the enhanced Seq1F1B): long sequences cut into
 slices of T_m tokens, short ones packed first-fit-decreasing into chunks of at most T_m tokens.
 
@@ -130,10 +131,12 @@ def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: ChunkTime,
         if not fits:  # line 7
             buckets.append(_Bucket([piece], time_s, tokens))
             continue
-        if mode == "balanced":  # line 9: lowest time per token first
-            fits.sort(key=lambda b: b.time_s / b.tokens)
-        else:  # time only: the least loaded bucket first
-            fits.sort(key=lambda b: b.time_s)
+        if mode != "balanced":  # time only: best fit on time, a new bucket when none fits
+            chosen = _best_fit_on_time(fits, piece, limit_t, time_of)
+            if chosen is None:
+                buckets.append(_Bucket([piece], time_s, tokens))
+            continue
+        fits.sort(key=lambda b: b.time_s / b.tokens)  # line 9: lowest time per token first
         chosen, after = None, {}
         for bucket in fits:  # the first in priority order whose chunk stays within T_t
             after[id(bucket)] = time_of(tuple(bucket.slices) + (piece,))
@@ -153,6 +156,24 @@ def chunk_balanced(lengths: dict[int, int], num_slices: int, time_of: ChunkTime,
         else:
             units[owner] = Unit(units[owner].chunks + (tuple(bucket.slices),), split=True)
     return units, grid
+
+
+def _best_fit_on_time(fits: list[_Bucket], piece: Slice, limit_t: float,
+                      time_of: ChunkTime) -> _Bucket | None:
+    """Time-only packing: the bucket left fullest in time within T_t by ``piece`` (it joins it),
+    or None. A bucket already at T_t cannot take more (a chunk's time grows with its slices)."""
+    best, best_time = None, -1.0
+    for bucket in fits:
+        if bucket.time_s >= limit_t:
+            continue
+        after = time_of(tuple(bucket.slices) + (piece,))
+        if best_time < after <= limit_t:
+            best, best_time = bucket, after
+    if best is not None:
+        best.slices.append(piece)
+        best.time_s = best_time
+        best.tokens += piece.num_tokens
+    return best
 
 
 def chunk_fixed(lengths: dict[int, int], size: int) -> list[Unit]:
