@@ -25,7 +25,8 @@ adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt).
   infinite: PAPERS.md W2), delta = (d_p - 1) x the group's mean chunk time (forward + backward of
   one stage). n(n+1)/2 transitions for a longest sequence of n chunks; ranges holding the same
   units (chunk counts no unit has) share one solve, so a batch with units of every count 1..n
-  makes n(n+1)/2 solver calls, and one with m distinct counts m(m+1)/2 + 1 at most.
+  makes n(n+1)/2 solver calls, and one with m distinct counts m(m+1)/2 + 1 at most. (InfiniPipe's
+  planner makes these calls on LP relaxations and solves only the chosen pipelines' MILPs.)
 
 ``checkpointing``: "milp" (the above), "none" (C = 0), "full" (C = L/d_p), "uniform" (one C for
 every chunk and stage: the smallest that fits, the enhanced Seq1F1B's). The solver answers
@@ -246,7 +247,8 @@ def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
           relax: bool = False) -> Checkpointing:
     """Minimise sum C subject to the problem's rows (Eq. 20); see the module docstring.
     ``relax``: the LP relaxation (C continuous), rounded up: feasible, and its sum C is within
-    n + d_p - 1 layers of the MILP's optimum (what the search over N ranks candidates with)."""
+    n + d_p - 1 layers of the MILP's optimum (what the search over N ranks candidates with),
+    solved by SCIP's LP interface alone (``_relaxed``)."""
     n, top = problem.num_vars, problem.max_layers
     zero, full = (0,) * n, (top,) * n
     if mode != "full" and problem.feasible(zero):
@@ -257,17 +259,19 @@ def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
         return Checkpointing(None, "infeasible")
     if mode == "full":
         return Checkpointing(full, "trivial")
-    return _scip(problem, uniform=mode == "uniform", time_limit_s=time_limit_s, relax=relax)
+    if relax:
+        return _relaxed(problem, uniform=mode == "uniform")
+    return _scip(problem, uniform=mode == "uniform", time_limit_s=time_limit_s)
 
 
-def scip_model(problem: Problem, *, uniform: bool = False, relax: bool = False):
+def scip_model(problem: Problem, *, uniform: bool = False):
     """Alg. 2 as a SCIP model: one variable per anti-diagonal in [0, max_layers], a covering row
     per stage and window, minimise their sum. Returns (model, variables)."""
     from pyscipopt import Model, quicksum  # imported here: plans without the MILP never need it
 
     model = Model()
     model.hideOutput()
-    variables = [model.addVar(f"C{j}", vtype="C" if relax else "I", lb=0, ub=problem.max_layers)
+    variables = [model.addVar(f"C{j}", vtype="I", lb=0, ub=problem.max_layers)
                  for j in range(problem.num_vars)]
     scale = float(problem.need.max(initial=1.0)) or 1.0
     for row, need in zip(problem.matrix, problem.need):  # bytes scaled to O(1) for SCIP
@@ -280,27 +284,58 @@ def scip_model(problem: Problem, *, uniform: bool = False, relax: bool = False):
     return model, variables
 
 
-def _scip(problem: Problem, *, uniform: bool, time_limit_s: float, relax: bool = False
-          ) -> Checkpointing:
+def _relaxed(problem: Problem, *, uniform: bool) -> Checkpointing:
+    """The LP relaxation rounded up, solved by SCIP's LP interface (SoPlex) without the MILP
+    machinery; for ``uniform`` (one C for all) the closed form max_r need_r / sum_j a_rj."""
     started = time.perf_counter()
-    model, variables = scip_model(problem, uniform=uniform, relax=relax)
+    top = problem.max_layers
+    if uniform:
+        sums = problem.matrix.sum(axis=1)
+        if np.any((sums <= 0) & (problem.need > 0)):
+            return Checkpointing(None, "lp-infeasible", math.inf, time.perf_counter() - started)
+        level = float(np.max(problem.need / np.where(sums > 0, sums, 1.0), initial=0.0))
+        values = (min(top, math.ceil(level - 1e-9)),) * problem.num_vars
+    else:
+        from pyscipopt import LP
+
+        lp = LP("epp", sense="minimize")
+        for _ in range(problem.num_vars):
+            lp.addCol([], obj=1.0, lb=0.0, ub=float(top))
+        scale = float(problem.need.max(initial=1.0)) or 1.0
+        for row, need in zip(problem.matrix, problem.need):  # bytes scaled to O(1)
+            lp.addRow([(int(j), float(row[j]) / scale) for j in np.flatnonzero(row)],
+                      lhs=float(need) / scale)
+        lp.solve()
+        if not lp.isPrimalFeasible():
+            return Checkpointing(None, "lp-infeasible", math.inf, time.perf_counter() - started)
+        values = tuple(min(top, math.ceil(v - 1e-6)) for v in lp.getPrimal())
+    if not problem.feasible(values):
+        return Checkpointing(None, "lp-infeasible", math.inf, time.perf_counter() - started)
+    return Checkpointing(values, "lp-optimal", 0.0, time.perf_counter() - started)
+
+
+def _scip(problem: Problem, *, uniform: bool, time_limit_s: float) -> Checkpointing:
+    started = time.perf_counter()
+    model, variables = scip_model(problem, uniform=uniform)
     model.setParam("limits/time", float(time_limit_s))
     model.setParam("limits/gap", GAP_LIMIT)
+    start = _relaxed(problem, uniform=uniform).values  # the rounded-up LP: a first solution
+    if start is not None:
+        sol = model.createSol()
+        for var, value in zip(variables, start):
+            model.setSolVal(sol, var, value)
+        model.addSol(sol, free=True)
     model.optimize()
     status = model.getStatus()
     values = None
     if model.getNSols() > 0:
         best = model.getBestSol()
-        if relax:  # rounded up: every row's left side only grows
-            values = tuple(min(problem.max_layers, math.ceil(model.getSolVal(best, v) - 1e-6))
-                           for v in variables)
-        else:
-            values = tuple(int(round(model.getSolVal(best, v))) for v in variables)
+        values = tuple(int(round(model.getSolVal(best, v))) for v in variables)
         if not problem.feasible(values):  # SCIP's tolerance let a row slip: no answer
             values = None
     gap = model.getGap() if values is not None else math.inf
-    return Checkpointing(values, "lp-" + status if relax else status,
-                         0.0 if gap is None or relax else float(gap), time.perf_counter() - started)
+    return Checkpointing(values, status, 0.0 if gap is None else float(gap),
+                         time.perf_counter() - started)
 
 
 # -- grouping DP ----------------------------------------------------------------------------------

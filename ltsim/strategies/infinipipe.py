@@ -9,11 +9,15 @@ attention), pipeline parallelism across stages (``parallel.pp`` = d_p), ZeRO (``
    slice (token-level PP for the long, batch-level PP for the short). ``num_slices`` N is given or,
    "auto", searched (PAPERS.md F3): N from the fewest slices whose chunks fit a chunk's token
    capacity (F4) upwards, keeping the N of least estimated time, until two N in a row do no
-   better (or slices would average under 128 tokens, or N reaches 64). The estimate is Eq. 12 with Eq. 13's terms: the chunks' busy time on one stage plus,
-   per pipeline, delta and the recomputation.
+   better (or slices would average under 128 tokens, or N reaches 64). The estimate is Eq. 12
+   with Eq. 13's terms: the chunks' busy time on one stage plus, per pipeline, delta and the
+   recomputation.
 2. **Scheduling** (epp): the grouping DP of Eq. 14 cuts the units into consecutive 1F1B pipelines
-   (gradient accumulation across them; a pipeline starts once the previous one has drained), each
-   solved by the checkpointing MILP of Eq. 15-20.
+   (gradient accumulation across them; a pipeline starts once the previous one has drained). The
+   DP prices each range on the LP relaxation of the checkpointing MILP of Eq. 15-20, rounded up
+   (a feasible answer within n + d_p - 1 layers of the optimum); the pipelines it picks are then
+   solved exactly by SCIP. So a batch costs one SCIP MILP per pipeline, not per DP transition
+   (the paper solves a MILP per transition and hides the time by solving ahead).
 3. **The plan** runs exactly that: on stage p, chunk k forwards its stage's layers keeping the
    activations of all but the first c = C[d_p - p + f2b[k]] layers, and for those c layers only
    each layer's input and, when later slices of its sequence attend to it, its K/V; before its
@@ -172,11 +176,15 @@ class Planner:
             return None
         costs = {c: self.costs.chunk(chunks[c], nontail=c in split) for c in range(len(chunks))}
         kwargs = dict(mode=self.mode, warmup=self.warmup, time_limit_s=self.time_limit_s,
-                      log=self.log, max_layers=self.costs.max_ckpt_layers, relax=relax)
-        if self.grouping:
-            pipes, total = epp.group(units, costs, self.budgets, tokens, **kwargs)
+                      log=self.log, max_layers=self.costs.max_ckpt_layers)
+        if self.grouping:  # the DP's ranges priced on LP relaxations (every range, one call)
+            pipes, total = epp.group(units, costs, self.budgets, tokens, relax=True, **kwargs)
         else:
-            pipes = epp.solve_range(units, costs, self.budgets, tokens, **kwargs)
+            pipes = epp.solve_range(units, costs, self.budgets, tokens, relax=True, **kwargs)
+            total = sum(p.cost_s for p in pipes)
+        if not relax and math.isfinite(total):  # the pipelines chosen, solved exactly
+            pipes = [epp.solve_pipeline([list(u) for u in p.units], costs, self.budgets, tokens,
+                                        **kwargs) for p in pipes]
             total = sum(p.cost_s for p in pipes)
         if not math.isfinite(total):  # one unit alone does not fit: one pipeline with every
             # layer checkpointed ("none": none); the simulation reports what does not fit
