@@ -368,11 +368,12 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
                 for rank in range(first, first + sp):
                     orders[layout.rank_device(replica, 0, rank % par.cp)] += [
                         a._replace(slices=slices, split=split) for a in forward + backward]
-    gaps = [a.gap for a in solved.values() if a.groups is not None]
+    gaps = [a.gap for a in solved.values() if a.groups is not None]  # inf: SCIP had no bound
     resolved = dict(asdict(options), micro_batches=len(runs), milp_calls=calls,
-                    milp_max_gap=round(max(gaps), 6) if gaps else None,
+                    milp_max_gap=(round(max(gaps), 6) if gaps and math.isfinite(max(gaps))
+                                  else None),
                     groups=",".join(f"sp{sp}x{n}" for sp, n in sorted(sizes.items())),
-                    fits=all(a.groups is not None for a in answers),
+                    all_solved=all(a.groups is not None for a in answers),
                     planner_s=round(time.perf_counter() - started, 3))
     return lower(Schedule(strategy=NAME, options=resolved, seq_lengths=tuple(batch),
                           chunks=tuple(chunks), devices=layout.rank_devices(), orders=orders),

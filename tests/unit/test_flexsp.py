@@ -111,7 +111,7 @@ def test_planned_batch(small_flexsp):
     plan, trace = sim.plans[0], sim.traces[0]
     assert max(trace.peak_memory_bytes()) <= sim.result.memory_limit_bytes
     options = plan.options
-    assert options["fits"] and options["milp_calls"] >= options["micro_batches"] >= 1
+    assert options["all_solved"] and options["milp_calls"] >= options["micro_batches"] >= 1
     assert 0 <= options["milp_max_gap"] < 0.5
     # every rank forwards each micro-batch once, over the sequences of its group, sharded over
     # the group: the all-to-all before its attention spans exactly the group's ranks
