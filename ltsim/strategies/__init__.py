@@ -45,8 +45,8 @@ def _entry(module: ModuleType) -> Strategy:
 
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
-    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst, infinipipe, seq1f1b,
-    deepspeed_ulysses, flexsp))}
+    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst, infinipipe,
+    seq1f1b, deepspeed_ulysses, flexsp))}
 
 
 def get_strategy(name: str) -> Strategy:

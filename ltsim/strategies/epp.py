@@ -17,9 +17,10 @@ adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt).
   later slices of its sequence exist: Eq. 5), F_pk what one checkpointed layer saves (its
   activations less the layer input and, for a slice later slices attend to, its K/V: Eq. 9-10),
   and G_p the device memory less the stage's static memory and the largest transient working set
-  (forward, recompute or backward) of the window's chunks. All from ltsim's own memory model (the buffers the plan allocates), so
-  the simulated peak stays within the limit the MILP used. Minimise sum C (Eq. 17-20); the time
-  is T_ckpt = F_hat sum C, F_hat the group's mean forward time of one layer.
+  (forward, recompute or backward) of the window's chunks. All from ltsim's own memory model
+  (the buffers the plan allocates), so the simulated peak stays within the limit the MILP used.
+  Minimise sum C (Eq. 17-20); the time is T_ckpt = F_hat sum C, F_hat the group's mean forward
+  time of one layer.
 - **DP** (Eq. 14): units grouped by chunk count i; dp[i] = min_{k<i} dp[k] + cost(units with
   k+1..i chunks), cost = delta + T_ckpt (an empty range costs nothing, an infeasible one is
   infinite: PAPERS.md W2), delta = (d_p - 1) x the group's mean chunk time (forward + backward of

@@ -9,8 +9,8 @@ slices alone: a chunk pays its fixed per-op costs once, whatever it packs.
 1. **Mesh** (line 1): the longest sequence is cut into ``N`` slices of equal backward time. Time
    is additive over a sequence (a slice's attention covers exactly the query rows the causal whole
    would, Eq. 1's (C+s)^2 - C^2), so boundary i is where the prefix time reaches i/N of the whole;
-   found by bisection on the prefix time of the sequence alone. T_t is the longest slice time, T_m the first slice's
-   tokens (the mesh's largest).
+   found by bisection on the prefix time of the sequence alone. T_t is the longest slice time,
+   T_m the first slice's tokens (the mesh's largest).
 2. **Split** (line 2): a sequence longer than T_m (PAPERS.md F2: "short" means <= T_m) is cut into
    the mesh's slices in order; its remainder, at most the next mesh slice, is its tail slice
    (mesh {8K, 4K, 2K}: 13K -> 8K + 4K + 1K tail, 10K -> 8K + 2K tail).
@@ -18,8 +18,9 @@ slices alone: a chunk pays its fixed per-op costs once, whatever it packs.
    short sequences in descending time into the bucket of lowest time per token that stays within
    T_t and T_m (best fit on the metric of line 9); a sequence that fits no bucket's tokens opens a
    new one; one that fits some bucket's tokens but no bucket's time raises T_t to the least
-   time of the chunks it could join, the buckets whose tokens fit (PAPERS.md F1: the printed line 15 takes
-   the minimum over all buckets and can loop forever when that bucket fails on tokens).
+   time of the chunks it could join, the buckets whose tokens fit (PAPERS.md F1: the printed
+   line 15 takes the minimum over all buckets and can loop forever when that bucket fails on
+   tokens).
 
 ``time-only`` (Table 2's "Balance Time"): the same split, but short sequences packed best fit
 decreasing on time alone: each into the bucket it leaves fullest within T_t, a new bucket when

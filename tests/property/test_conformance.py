@@ -42,7 +42,8 @@ SMALL_OPTIONS: dict[str, list[dict]] = {
     "flexsp": [{}, {"min_sp": 1, "bucket_num": 2}],
 }
 # Layouts a strategy needs: DeepSpeed-based ones do not pipeline; CP ranks make them interesting.
-NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching", "alst", "deepspeed-ulysses", "flexsp"}
+NO_PIPELINE = {"skrull", "deepspeed-cp", "sorted-batching", "alst", "deepspeed-ulysses",
+               "flexsp"}
 # Strategies whose re-forward is their checkpoint refuse full recompute (a ConfigError, tested in
 # tests/unit/test_seco.py); they run with "selective" here instead.
 NO_FULL_RECOMPUTE = {"seco", "spaco", "infinipipe", "seq1f1b"}
