@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=1024, help="length granularity in tokens")
     p.add_argument("--max-length", type=int, default=1 << 30, help="search no further")
     p.add_argument("--plot", type=Path, help="write peak memory by term against length (PNG)")
+    p.add_argument("--workload", action="store_true",
+                   help="search the cap (workload.max_length) of the scenario's own length "
+                   "distribution instead of one sequence")
     p = sub.add_parser("sweep", help="grid search over scenario values")
     _scenario_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -239,14 +242,16 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.report import format_maxlen
     from ltsim.scenario import load_scenario
 
-    base = load_scenario(args.scenario, args.set, any_workload=True)
+    base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
     _check_output("--plot", args.plot)
     scenarios = [base]
     if args.strategies:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
             "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source)
             for name, opts in parse_strategy_list(args.strategies)]
-    answers = [find_max_length(s, step=args.step, max_length=args.max_length) for s in scenarios]
+    mode = "workload" if args.workload else "sequence"
+    answers = [find_max_length(s, step=args.step, max_length=args.max_length, mode=mode)
+               for s in scenarios]
     text = format_maxlen(base.name, answers)
     if args.plot:
         from ltsim.viz_maxlen import plot_maxlen

@@ -1,4 +1,5 @@
-"""The longest single sequence a setup can train, per strategy, by bisection over the memory model.
+"""The longest single sequence a setup can train, per strategy, by bisection over the memory model;
+or, with ``mode = "workload"``, the longest context its own length distribution can be trained at.
 
 ``find_max_length(scenario)`` simulates a global batch of one sequence of L tokens per DP replica
 (the scenario's model, hardware, parallel layout and strategy options; its workload is replaced)
@@ -17,6 +18,13 @@ of the loss's working set), working (other transient working sets) and host (hos
 term that "binds" is host memory when the host limit is what the first failing length exceeds,
 else the largest device term at that length; the term that "grows" is the one that grew most from
 half the answer to the first failing length (what to shrink to go further).
+
+``mode = "workload"`` keeps the scenario's workload (its dataset, global batch, batches and seed)
+and searches its cap, ``workload.max_length``, with the sequences over the cap truncated to it
+(``overlong = "truncate"``: every cap sees the same draws, so a longer cap never holds less): the
+answer is the longest cap at which every sampled global batch fits, at most the distribution's
+own longest sequence (rounded up to the step), past which every cap draws the same batches. The
+time per token is then the iteration time over the batch's tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ltsim.costs import CostModel
+from ltsim.datasets import load_dataset
 from ltsim.errors import ConfigError, PlanError
 from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
@@ -49,10 +58,12 @@ class Point:
     limit: str = ""  # "device" or "host" when it does not fit; "plan" when planning refused it
     reason: str = ""
     terms: dict[str, int] = field(default_factory=dict)
+    tokens: int = 0  # tokens per replica (one sequence) or per global batch (workload mode)
 
     @property
     def time_per_token_s(self) -> float:
-        return self.iteration_time_s / self.length if self.length else 0.0
+        tokens = self.tokens or self.length
+        return self.iteration_time_s / tokens if tokens else 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,11 +80,14 @@ class MaxLength:
     points: tuple[Point, ...]
     memory_limit_bytes: int
     host_memory_limit_bytes: int
+    mode: str = "sequence"
 
     @property
     def binds(self) -> str:
         """The term that stops the next step: host memory, the planner, or the largest term."""
         if self.failing is None:
+            if self.mode == "workload":
+                return "none: the whole distribution fits"
             return f"none below {MAX_LENGTH:,} tokens"
         if self.failing.limit == "host":
             return "host"
@@ -95,7 +109,7 @@ class MaxLength:
 
     def to_dict(self) -> dict[str, Any]:
         at = self.at
-        return {"strategy": self.strategy, "strategy_options": self.options,
+        return {"strategy": self.strategy, "strategy_options": self.options, "mode": self.mode,
                 "max_length": self.max_length, "step": self.step, "binds": self.binds,
                 "grows": self.grows,
                 "time_per_token_s": at.time_per_token_s if at else None,
@@ -115,42 +129,69 @@ def length_scenario(scenario: Scenario, length: int) -> Scenario:
     return build_scenario(raw, source=scenario.source)
 
 
-def evaluate(scenario: Scenario, length: int, cost: CostModel) -> Point:
-    """Simulate one sequence of ``length`` tokens per replica; a PlanError or a ConfigError from
-    planning (a length the strategy cannot plan) counts as not fitting, with its reason."""
+def workload_scenario(scenario: Scenario, length: int) -> Scenario:
+    """The scenario with its workload cut at ``length`` tokens: ``workload.max_length`` with
+    ``overlong = "truncate"``, so every cap sees the same draws, each cut to the cap."""
+    raw = {**scenario.raw, "workload": {**scenario.raw.get("workload", {}), "max_length": length,
+                                        "overlong": "truncate"}}
+    return build_scenario(raw, source=scenario.source)
+
+
+MODES = {"sequence": length_scenario, "workload": workload_scenario}
+
+
+def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequence") -> Point:
+    """Simulate one sequence of ``length`` tokens per replica (or the workload capped at
+    ``length``); a PlanError or a ConfigError from planning (a length the strategy cannot plan)
+    counts as not fitting, with its reason."""
     try:
-        sim = run(length_scenario(scenario, length), cost=cost)
+        sim = run(MODES[mode](scenario, length), cost=cost)
     except (PlanError, ConfigError) as exc:
         return Point(length=length, fits=False, limit="plan", reason=str(exc).splitlines()[0])
     result = sim.result
     peaks = result.peak_memory_bytes_per_device
     device = max(range(len(peaks)), key=peaks.__getitem__)
-    terms = peak_terms(sim.plans[0], sim.traces[0], cost, device)
+    batch = max(range(len(result.batches)),  # the batch whose peak it is (workload mode)
+                key=lambda b: result.batches[b].peak_memory_bytes_per_device[device])
+    terms = peak_terms(sim.plans[batch], sim.traces[batch], cost, device)
     terms["host"] = max(result.peak_host_memory_bytes_per_device)
     limit = ""
     if max(peaks) > result.memory_limit_bytes:
         limit = "device"
     elif terms["host"] > result.host_memory_limit_bytes:
         limit = "host"
+    tokens = (sum(b.num_tokens for b in result.batches) // len(result.batches)
+              if mode == "workload" else length)
     return Point(length=length, fits=result.fits,
                  iteration_time_s=float(result.iteration_times_s.mean()), peak_bytes=max(peaks),
-                 limit=limit, reason=result.fit_reason, terms=terms)
+                 limit=limit, reason=result.fit_reason, terms=terms, tokens=tokens)
 
 
 def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = MAX_LENGTH,
                     cost: CostModel | None = None,
-                    progress: Callable[[Point], None] | None = None) -> MaxLength:
+                    progress: Callable[[Point], None] | None = None,
+                    mode: str = "sequence") -> MaxLength:
     """Bisection (module docstring). ``progress`` is called with every simulated point."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:
         raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if mode == "workload":
+        if not scenario.workload.dataset:
+            raise ConfigError("workload.dataset", "a length distribution (a dataset) for "
+                              "--workload", None, "give the scenario a workload.dataset, or "
+                              "search one sequence without --workload")
+        # past the distribution's longest sequence every cap draws the same batches
+        longest = load_dataset(scenario.workload.dataset).max_tokens
+        max_length = max(step, min(max_length, -(-longest // step) * step))
     cost = cost or make_cost_model(scenario)
     points: dict[int, Point] = {}
 
     def probe(length: int) -> Point:
         if length not in points:
-            points[length] = evaluate(scenario, length, cost)
+            points[length] = evaluate(scenario, length, cost, mode)
             if progress is not None:
                 progress(points[length])
         return points[length]
@@ -171,7 +212,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                      max_length=lo, at=points.get(lo), failing=failing,
                      points=tuple(points[k] for k in sorted(points)),
                      memory_limit_bytes=cost.memory_limit_bytes,
-                     host_memory_limit_bytes=cost.host_memory_limit_bytes)
+                     host_memory_limit_bytes=cost.host_memory_limit_bytes, mode=mode)
 
 
 def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[str, int]:

@@ -124,8 +124,11 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
                ("peak_memory_bytes", "peak mem", fmt_bytes), ("binds", "binds", str),
                ("grows", "grows most", str),
                ("top_terms", "largest terms at max", str))
-    lines = [f"scenario {scenario}: one sequence per DP replica, lengths in steps of "
-             f"{answers[0].step:,} tokens", format_table(rows, columns)]
+    what = ("its workload cut at workload.max_length (longer sequences truncated; every sampled "
+            "batch must fit)"
+            if answers[0].mode == "workload" else "one sequence per DP replica")
+    lines = [f"scenario {scenario}: {what}, lengths in steps of {answers[0].step:,} tokens",
+             format_table(rows, columns)]
     for d in rows:
         if d["next_length"] is not None:
             lines.append(f"{d['label']}: {d['next_length']:,} tokens do not fit: {d['next_reason']}")

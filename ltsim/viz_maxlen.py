@@ -42,7 +42,8 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
             ax.axvline(answer.max_length, color="crimson", linewidth=1.2,
                        label=f"longest that fits: {answer.max_length:,}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length (tokens)")
+        ax.set_xlabel("workload cut at (tokens)" if answer.mode == "workload"
+                      else "sequence length (tokens)")
         ax.set_title(f"{answer.strategy}: max {answer.max_length:,} tokens\n({answer.binds} binds;"
                      " red line)", fontsize=9)
         _plain_frame(ax)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from ltsim.cli import main
-from ltsim.maxlen import DEVICE_TERMS, evaluate, find_max_length, length_scenario, peak_terms
+from ltsim.maxlen import (DEVICE_TERMS, evaluate, find_max_length, length_scenario, peak_terms,
+                          workload_scenario)
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import load_scenario
 from ltsim.scenario import build_scenario
@@ -88,3 +89,30 @@ def test_bad_flags_exit_2_with_one_line(capsys, flags, key):
     assert main(["maxlen", str(QUICKSTART), *flags]) == 2
     err = capsys.readouterr().err
     assert key in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_workload_mode_cuts_the_scenarios_own_distribution(quickstart):
+    """--workload: the longest cut of the quickstart's length distribution (its four sampled
+    batches, longer sequences truncated) at which every batch fits, and the next step does not;
+    ChunkFlow's bounded memory takes the whole distribution."""
+    megatron = build_scenario({**quickstart.raw, "strategy": {"name": "megatron-1f1b"}})
+    cost = make_cost_model(megatron)
+    answer = find_max_length(megatron, step=4096, mode="workload", cost=cost)
+    uncut = workload_scenario(megatron, 1 << 30)  # the draws before any cut
+    longest = max(max(b) for b in uncut.workload.sample(uncut.seed))
+    assert answer.mode == "workload" and 4096 <= answer.max_length < longest
+    assert evaluate(megatron, answer.max_length, cost, "workload").fits
+    assert not evaluate(megatron, answer.max_length + 4096, cost, "workload").fits
+    # the same draws at every cut: the batch holding the longest draw peaks higher past the cut
+    assert answer.failing.peak_bytes > answer.at.peak_bytes
+    assert answer.at.tokens > answer.max_length  # time per token over the whole batch
+    whole = find_max_length(quickstart, step=4096, mode="workload")
+    assert whole.failing is None and whole.binds.startswith("none")
+    assert whole.max_length == 262144  # chunkflow-eval's longest sequence
+
+
+def test_workload_mode_needs_a_distribution(capsys):
+    assert main(["maxlen", str(REPO / "scenarios" / "examples" / "chunkflow-cs4-k1.toml"),
+                 "--workload"]) == 2
+    err = capsys.readouterr().err
+    assert "workload.dataset" in err and "Traceback" not in err
