@@ -45,18 +45,30 @@ def lower_bound(sizes: list[int], capacity: int) -> int:
 
 
 def first_fit_decreasing(sizes: list[int], capacity: int) -> list[list[int]]:
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    """FFD: items longest first, each into the lowest-numbered bin with room. The lowest bin with
+    room is found in O(log n) on a max-tree over every possible bin's room (an unopened bin has
+    the whole capacity, so when no open bin fits, the first unopened one is found): the same
+    packing as scanning the bins, without its O(n x bins) time."""
+    n = len(sizes)
+    order = sorted(range(n), key=lambda i: (-sizes[i], i))
+    # first fit leaves at most one bin half empty or less, so it opens < 2 total / capacity + 1
+    most = min(n, 2 * -(-sum(sizes) // capacity) + 1)
+    width = 1 << max(0, (most - 1).bit_length())
+    tree = [capacity] * (2 * width)  # tree[1] the root; leaves width .. 2 width - 1, bin = leaf
     bins: list[list[int]] = []
-    room: list[int] = []
     for i in order:
-        for b, free in enumerate(room):
-            if sizes[i] <= free:
-                bins[b].append(i)
-                room[b] -= sizes[i]
-                break
-        else:
-            bins.append([i])
-            room.append(capacity - sizes[i])
+        need, node = sizes[i], 1
+        while node < width:  # descend to the leftmost leaf with room >= need
+            node = 2 * node if tree[2 * node] >= need else 2 * node + 1
+        b = node - width
+        if b == len(bins):
+            bins.append([])
+        bins[b].append(i)
+        tree[node] -= need
+        node //= 2
+        while node:
+            tree[node] = max(tree[2 * node], tree[2 * node + 1])
+            node //= 2
     return [sorted(b) for b in bins]
 
 
