@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ltsim.strategies.packing import exact_pack, first_fit_decreasing, lower_bound, pack
+from ltsim.strategies.packing import (exact_pack, ffd_by_scanning, first_fit_decreasing, lower_bound,
+                                      pack)
 
 
 def _check(sizes, capacity, bins):
@@ -57,24 +58,9 @@ def test_item_larger_than_capacity_rejected():
         pack([11], 10)
 
 
-def _ffd_by_scanning(sizes, capacity):
-    """First-fit decreasing as printed: each item, longest first, into the first bin with room."""
-    bins, room = [], []
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        for b, free in enumerate(room):
-            if sizes[i] <= free:
-                bins[b].append(i)
-                room[b] -= sizes[i]
-                break
-        else:
-            bins.append([i])
-            room.append(capacity - sizes[i])
-    return [sorted(b) for b in bins]
-
-
 @pytest.mark.parametrize("seed", range(20))
 def test_ffd_tree_gives_the_scanning_packing(seed):
     rng = random.Random(seed)
     capacity = rng.randint(1, 200)
     sizes = [rng.randint(1, capacity) for _ in range(rng.randint(1, 300))]
-    assert first_fit_decreasing(sizes, capacity) == _ffd_by_scanning(sizes, capacity)
+    assert first_fit_decreasing(sizes, capacity) == ffd_by_scanning(sizes, capacity)

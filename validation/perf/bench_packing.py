@@ -15,24 +15,10 @@ from pathlib import Path
 from ltsim.runner import make_cost_model
 from ltsim.scenario import load_scenario
 from ltsim.strategies import REGISTRY, packing
+from ltsim.strategies.packing import ffd_by_scanning
 from ltsim.strategies.base import PlanContext
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def ffd_by_scanning(sizes: list[int], capacity: int) -> list[list[int]]:
-    bins: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        for b, free in enumerate(room):
-            if sizes[i] <= free:
-                bins[b].append(i)
-                room[b] -= sizes[i]
-                break
-        else:
-            bins.append([i])
-            room.append(capacity - sizes[i])
-    return [sorted(b) for b in bins]
 
 
 def best(fn, repeats: int = 3) -> float:
