@@ -278,12 +278,14 @@ def _warm_start(model, runs, bound, slots, take, used, t, capacity, need_k, cost
                 g = min(fits, key=lambda g: load[g])
                 load[g] += costs.marginal_s(bound[k], sp)
                 tokens[g] += bound[k]
-                count[(k, ids[g])] = count.get((k, ids[g]), 0) + 1
+                count[(k, g)] = count.get((k, g), 0) + 1
         if not ok or min(tokens) == 0:
             continue
         span = max(load) + costs.fixed_s(sp)
-        if best is None or span < best[0]:
-            best = (span, ids, count)
+        if best is None or span < best[0]:  # groups heaviest first onto the slots, as the
+            rank = sorted(range(len(ids)), key=lambda g: -load[g])  # symmetry rows require
+            slot = {g: ids[i] for i, g in enumerate(rank)}
+            best = (span, ids, {(k, slot[g]): n for (k, g), n in count.items()})
     if best is None:
         return
     span, ids, count = best
