@@ -149,3 +149,15 @@ def test_mixed_groups_shard_over_aligned_blocks(monkeypatch):
     assert seqs == {0: {0}, 1: {0}, 2: {1}, 3: {2}}
     trace = unit_engine().run(plan)
     assert trace.final_memory_bytes() == list(trace.static_bytes)
+
+
+def test_warm_start_is_accepted_and_balanced():
+    """With almost no time SCIP still returns the balanced single-degree packing it was given
+    (the start respects the symmetry rows: identical slots heaviest first)."""
+    lengths = [10] * 61 + [7] * 13
+    answer = flexsp.solve_groups(lengths, 8, [2, 4, 8], 1000, ToyCosts(),
+                                 flexsp.Options(milp_time_limit_s=0.001))
+    assert answer.groups is not None
+    loads = [sum(lengths[i] for i in members) / sp * (1 + math.log2(sp) / 4)
+             for sp, members in answer.groups]
+    assert max(loads) - min(loads) <= 10 * 1.5  # within one sequence's time of each other
