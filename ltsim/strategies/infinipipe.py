@@ -33,7 +33,9 @@ steady phase has no bubble; "1f1b": Megatron's, the schedule of Fig. 6(a)),
 ``milp_time_limit_s`` per MILP. A DP range that cannot fit as one pipeline runs as several
 (epp.solve_range), which is how "none" fits long sequences.
 ``parallel.recompute`` sets what uncheckpointed layers keep ("none" or "selective"); "full" is
-``checkpointing = "full"``. The resolved options of a plan record N, the pipelines and the solver
+``checkpointing = "full"``. The resolved options of a plan record N, the pipelines, whether every
+pipeline had a checkpointing answer that fits (``all_solved``; false: even one unit alone does not
+fit, so it runs with every layer checkpointed, or none under "none") and the solver
 (calls, SCIP solves, the largest gap, seconds).
 """
 
@@ -260,7 +262,7 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
                       warmup=warmup, grouping=grouping, time_limit_s=time_limit_s)
     chunks: list[Chunk] = []
     orders: dict[int, list[Action]] = {}
-    chosen, num_pipes = [], 0
+    chosen, num_pipes, solved = [], 0, True
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         if not seq_ids:
             continue
@@ -271,13 +273,14 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
                  for p in planned.pipelines]
         chosen.append(planned.num_slices)
         num_pipes += len(pipes)
+        solved = solved and all(p.checkpointing.status != "infeasible" for p in pipes)
         for stage in range(ctx.parallel.pp):
             device = layout.device(replica, stage)
             orders[device] = stage_order(pipes, keep, device, stage, layout, warmup)
     log = planner.log
     if "num_slices" in options:
         options = {**options, "num_slices": max(chosen, default=0)}
-    resolved = {**options, "pipelines": num_pipes,
+    resolved = {**options, "pipelines": num_pipes, "all_solved": solved,
                 "milp_calls": log.calls, "milp_scip": log.scip,
                 "milp_max_gap": round(log.max_gap, 6),
                 "planner_s": round(time.perf_counter() - started, 3)}

@@ -238,3 +238,23 @@ def test_two_node_13b_plan_fits_the_memory_the_milp_used():
     sim = run(scenario.with_overrides({"hardware.num_nodes": 2, "parallel.pp": 2,
                                        "workload.global_batch_size": 64}))
     assert max(sim.traces[0].peak_memory_bytes()) <= sim.result.memory_limit_bytes
+
+
+@pytest.mark.parametrize("seed,context", [(1, 65536), (2, 98304), (3, 32768)])
+def test_plans_fit_the_memory_the_milp_used_across_batches(small_epp, seed, context):
+    """Other batches and contexts of the 7B one-node case: the simulated peak never exceeds the
+    limit the MILP was given (when the MILP found a plan; "infeasible" would say so)."""
+    sim = run(small_epp.with_overrides({"seed": seed, "workload.max_length": context}))
+    assert sim.plans[0].options["all_solved"]
+    assert max(sim.traces[0].peak_memory_bytes()) <= sim.result.memory_limit_bytes
+
+
+def test_a_batch_that_cannot_fit_says_so():
+    """GPT-13B on one node as PP 4 x SP 2: ZeRO-3 over two ranks leaves 8 GiB for activations,
+    too little for one 32K sequence even fully checkpointed: the plan says no pipeline was
+    solved, and the result that it does not fit."""
+    scenario = load_scenario(REPO / "scenarios" / "infinipipe" / "gpt-13b-64k-infinipipe.toml")
+    sim = run(scenario.with_overrides({"hardware.num_nodes": 1, "parallel.cp": 2,
+                                       "workload.global_batch_size": 32,
+                                       "workload.max_length": 32768}))
+    assert not sim.plans[0].options["all_solved"] and not sim.result.fits
