@@ -50,6 +50,13 @@ def positive(key: str, value: int, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"strategy.{key}", rule, value)
 
 
+def check_time_limit(value: float) -> None:
+    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP, a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError("strategy.milp_time_limit_s", "a positive number of seconds", value,
+                          "e.g. strategy.milp_time_limit_s = 1.0")
+
+
 def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
     """Sequence ids of each DP replica: contiguous, near-equal counts (Megatron's sampler)."""
     base, extra = divmod(len(batch), dp)

@@ -18,14 +18,14 @@ the in-order packing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Buffer, Chunk, Keep, OpKind, Plan, Slice, Split, Work
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
-from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy
+from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy, one_layer_work
 
 NAME = "deepspeed-cp"
 _PROBE_TOKENS = 1 << 20  # activation bytes are linear in tokens; a large probe avoids rounding
@@ -71,9 +71,8 @@ def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str) -> int:
     if keep is Keep.INPUT:  # what kept_actions holds at the backward: the layer inputs, and one
         # layer's activations with the embedding input and the logits
         plain = Work(chunk=0, slices=work.slices, layers=work.layers, split=work.split)
-        first = work.layers[0]
         held = (ctx.cost.buffer_bytes(Buffer("ckpt", plain))
-                + ctx.cost.buffer_bytes(Buffer("act", replace(work, layers=(first, first + 1)),
+                + ctx.cost.buffer_bytes(Buffer("act", one_layer_work(work, embed=True, head=True),
                                                Keep.ALL)))
     else:
         held = ctx.cost.buffer_bytes(Buffer("act", work, keep))

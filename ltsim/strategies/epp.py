@@ -43,19 +43,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
-from ltsim.strategies.schedule import Layout
+from ltsim.strategies.schedule import Layout, one_layer_work
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
-
-
-def check_time_limit(value: float) -> None:
-    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP."""
-    from ltsim.errors import ConfigError
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError("strategy.milp_time_limit_s", "a positive number of seconds", value)
 
 
 # -- costs ----------------------------------------------------------------------------------------
@@ -132,8 +124,8 @@ class StageCosts:
             kept = self.cost.buffer_bytes(Buffer("ckpt", plain))
             kv = self.cost.buffer_bytes(Buffer("kv", plain)) if nontail else 0
             grads = self.cost.buffer_bytes(Buffer("kv_grad", plain)) if nontail else 0
-            one = self.cost.buffer_bytes(Buffer("act", replace(whole, layers=(first, first + 1),
-                                                               head=device.head), Keep.ALL))
+            one = self.cost.buffer_bytes(Buffer("act", one_layer_work(
+                whole, embed=device.embed, head=device.head), Keep.ALL))
             base.append(act + grads)
             saved.append(max(0.0, (act - rest - kept - kv) / max(1, stop - first)))
             transient.append(one + max(self.cost.working_bytes(kind, whole)

@@ -46,7 +46,7 @@ import numpy as np
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Comm, Keep, OpKind, Plan, Slice, Split, Work
-from ltsim.strategies.base import PlanContext, positive
+from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.deepspeed_cp import bucket_tokens, check_no_pipeline
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
@@ -68,11 +68,7 @@ class Options:
         if self.min_sp & (self.min_sp - 1):
             raise ConfigError("strategy.min_sp", "a power of two", self.min_sp,
                               "e.g. strategy.min_sp = 2 (FlexSP's) or 1")
-        if (isinstance(self.milp_time_limit_s, bool)
-                or not isinstance(self.milp_time_limit_s, (int, float))
-                or not 0 < self.milp_time_limit_s <= 600):
-            raise ConfigError("strategy.milp_time_limit_s", "seconds in (0, 600]",
-                              self.milp_time_limit_s, "e.g. strategy.milp_time_limit_s = 1.0")
+        check_time_limit(self.milp_time_limit_s)
 
 
 # -- micro-batches and buckets ----------------------------------------------------------------
@@ -194,8 +190,7 @@ def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity
     from pyscipopt import Model, quicksum
 
     started = time.perf_counter()
-    need = [min_degree(n, capacity) for n in lengths]
-    if max(need) > degrees[-1] or sum(lengths) > capacity * num_gpus:
+    if min_degree(max(lengths), capacity) > degrees[-1] or sum(lengths) > capacity * num_gpus:
         return Groups(None, "infeasible", math.inf, 0.0, math.inf)
     runs = bucketing(lengths, options.bucket_num)
     limit = (sum(lengths) + capacity * num_gpus) / 2

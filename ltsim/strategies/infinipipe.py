@@ -49,7 +49,7 @@ from typing import Callable
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, op_key
 from ltsim.strategies import epp, schedule
-from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.base import PlanContext, check_time_limit, positive, split_replicas
 from ltsim.strategies.epp_chunking import CHUNKINGS, Unit, chunk_balanced, chunk_fixed, mesh
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
@@ -82,7 +82,7 @@ class Options:
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"strategy.{key}", f"one of {', '.join(allowed)}",
                                   getattr(self, key))
-        epp.check_time_limit(self.milp_time_limit_s)
+        check_time_limit(self.milp_time_limit_s)
 
 
 def ulysses_layout(ctx: PlanContext) -> Layout:

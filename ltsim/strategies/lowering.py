@@ -31,7 +31,7 @@ from typing import Callable
 
 from ltsim.plan import (NO_TILING, STREAMS, WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program,
                         Split, Work, make_op, op_key)
-from ltsim.strategies.schedule import Action, Layout, Mem, Schedule
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, one_layer_work
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,7 @@ def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks) -> Buf
         work = replace(work, layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
                        head=work.head and mem.layers[1] == work.layers[1])
     if mem.one_layer:  # a full recompute's working set: one layer, plus embedding input and logits
-        first = work.layers[0]
-        work = replace(work, layers=(first, first + 1), embed=device.embed, head=device.head)
+        work = one_layer_work(work, embed=device.embed, head=device.head)
     if mem.kind != "act":  # only activations depend on the keep policy, embedding / head, tiling
         if work.embed or work.head or work.tiling != NO_TILING:
             work = Work(chunk=work.chunk, slices=work.slices, layers=work.layers, split=work.split)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import NO_TILING, Chunk, Device, Keep, OpKey, OpKind, Slice, Split, Tiling
+from ltsim.plan import NO_TILING, Chunk, Device, Keep, OpKey, OpKind, Slice, Split, Tiling, Work
 
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
@@ -57,6 +57,13 @@ class Mem(NamedTuple):
     one_layer: bool = False
     host: bool = False
     layers: tuple[int, int] | None = None
+
+
+def one_layer_work(work: Work, *, embed: bool, head: bool) -> Work:
+    """What a ``Mem(one_layer=True)`` buffer holds: the work's first layer, with the stage's
+    embedding input and logits (``embed``, ``head``): a full recompute's working set."""
+    first = work.layers[0]
+    return replace(work, layers=(first, first + 1), embed=embed, head=head)
 
 
 @lru_cache(maxsize=None)

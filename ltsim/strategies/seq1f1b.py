@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan, Slice
 from ltsim.strategies import epp
-from ltsim.strategies.base import PlanContext, positive
+from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.epp_chunking import Unit, chunk_fixed, mesh
 from ltsim.strategies.infinipipe import build, uncheckpointed_keep
 
@@ -49,7 +49,7 @@ class Options:
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"strategy.{key}", f"one of {', '.join(allowed)}",
                                   getattr(self, key))
-        epp.check_time_limit(self.milp_time_limit_s)
+        check_time_limit(self.milp_time_limit_s)
 
 
 def segments(seq: int, length: int, options: Options, costs: epp.StageCosts) -> tuple:
