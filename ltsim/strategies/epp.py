@@ -89,8 +89,10 @@ class StageCosts:
 
     def time(self, kind: OpKind, slices) -> float:
         """A stage's ``kind`` pass over ``slices`` (one of the first stage's layer count, without
-        embedding or head), with Ulysses' all-to-alls."""
-        key = (kind, tuple(slices))
+        embedding or head), with Ulysses' all-to-alls. Cached on the slices' token ranges: the
+        sequence a slice comes from does not change its cost, and the N search re-prices the
+        same shapes."""
+        key = (kind, tuple((s.start, s.stop) for s in slices))
         value = self._times.get(key)
         if value is None:
             work = self._work(slices)
@@ -225,13 +227,27 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
     for stage in range(num_stages):
         for window in windows(pipeline_order(units, stage, num_stages, warmup)):
             rows[(stage, window)] = None
+    # every (row, chunk) pair flat, so the sums, maxima and the matrix are numpy reductions
+    chunks = list(rank)
+    where = {c: i for i, c in enumerate(chunks)}
+    base = np.array([costs[c].base for c in chunks], dtype=float)  # chunk x stage
+    saved = np.array([costs[c].saved for c in chunks], dtype=float)
+    transient = np.array([costs[c].transient for c in chunks], dtype=float)
+    sizes = np.fromiter((len(w) for _, w in rows), dtype=np.int64, count=len(rows))
+    row_of = np.repeat(np.arange(len(rows)), sizes)
+    stage_of = np.repeat(np.fromiter((st for st, _ in rows), dtype=np.int64, count=len(rows)),
+                         sizes)
+    member = np.fromiter((where[c] for _, w in rows for c in w), dtype=np.int64,
+                         count=int(sizes.sum()))
+    column = (num_stages - 1 - stage_of
+              + np.fromiter((rank[chunks[m]] for m in member.tolist()), dtype=np.int64,
+                            count=len(member)))  # ckpt_index, vectorized
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    need = (np.bincount(row_of, weights=base[member, stage_of], minlength=len(rows))
+            - np.asarray(budgets, dtype=float)[stage_of[starts]]
+            + np.maximum.reduceat(transient[member, stage_of], starts))
     matrix = np.zeros((len(rows), num_vars))
-    need = np.empty(len(rows))
-    for r, (stage, window) in enumerate(rows):
-        need[r] = (sum(costs[c].base[stage] for c in window) - budgets[stage]
-                   + max(costs[c].transient[stage] for c in window))
-        for c in window:
-            matrix[r, ckpt_index(stage, num_stages, rank[c])] += costs[c].saved[stage]
+    np.add.at(matrix, (row_of, column), saved[member, stage_of])
     keep = need > 0  # a window that fits with nothing checkpointed constrains nothing
     return Problem(num_vars, max_layers, matrix[keep], need[keep])
 
@@ -291,13 +307,16 @@ def _relaxed(problem: Problem, *, uniform: bool) -> Checkpointing:
     else:
         from pyscipopt import LP
 
+        n = problem.num_vars
         lp = LP("epp", sense="minimize")
-        for _ in range(problem.num_vars):
-            lp.addCol([], obj=1.0, lb=0.0, ub=float(top))
+        lp.addCols([[] for _ in range(n)], objs=[1.0] * n, lbs=[0.0] * n, ubs=[float(top)] * n)
         scale = float(problem.need.max(initial=1.0)) or 1.0
-        for row, need in zip(problem.matrix, problem.need):  # bytes scaled to O(1)
-            lp.addRow([(int(j), float(row[j]) / scale) for j in np.flatnonzero(row)],
-                      lhs=float(need) / scale)
+        matrix = problem.matrix / scale  # bytes scaled to O(1)
+        rows, cols = np.nonzero(matrix)
+        entries = list(zip(cols.tolist(), matrix[rows, cols].tolist()))
+        bounds = np.cumsum(np.count_nonzero(matrix, axis=1)).tolist()
+        lp.addRows([entries[a:b] for a, b in zip([0] + bounds, bounds)],
+                   lhss=(problem.need / scale).tolist())
         lp.solve()
         if not lp.isPrimalFeasible():
             return Checkpointing(None, "lp-infeasible", math.inf, time.perf_counter() - started)
