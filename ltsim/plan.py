@@ -71,7 +71,7 @@ KINDS: dict[OpKind, KindInfo] = {
     OpKind.SEND_F: KindInfo("comm", busy=False, work=False, executor=True),
     OpKind.SEND_B: KindInfo("comm", busy=False, work=False, executor=True),
     OpKind.COLL: KindInfo("coll", busy=False, work=False, executor=True),
-    OpKind.COPY: KindInfo("copy", busy=False, work=False, executor=False),
+    OpKind.COPY: KindInfo("copy", busy=False, work=False, executor=True),
     OpKind.OPT: KindInfo("compute", busy=True, work=False, executor=True),
 }
 _KIND_TEXT = {k: k.value for k in OpKind}  # Enum.value is a descriptor call; tokens are hot

@@ -80,8 +80,10 @@ def kind_totals_s(trace: "Trace") -> dict[str, float]:
 
 
 def compare(plan: "Plan", predicted: "Trace", measured: "Trace",
-            measured_peaks: tuple[int, ...] | None = None) -> Validation:
-    """The comparison table of one plan. ``measured_peaks`` defaults to the trace's samples."""
+            measured_peaks: tuple[int, ...] | None = None,
+            measured_host_peaks: tuple[int, ...] = ()) -> Validation:
+    """The comparison table of one plan. ``measured_peaks`` defaults to the trace's samples;
+    host memory (offloaded checkpoints) gets rows when the plan or the run used any."""
     pred_m, meas_m = batch_metrics(plan, predicted, 0.0), batch_metrics(plan, measured, 0.0)
     rows = [Row(metric="iteration time", unit="s", predicted=pred_m.iteration_time_s,
                 measured=meas_m.iteration_time_s)]
@@ -95,6 +97,11 @@ def compare(plan: "Plan", predicted: "Trace", measured: "Trace",
                     measured=float(m)) for d, (p, m) in enumerate(zip(predicted.peak_memory_bytes(),
                                                                       peaks))]
     rows += mem_rows
+    host = predicted.peak_host_memory_bytes()
+    if any(host) or any(measured_host_peaks):
+        measured_host = measured_host_peaks or (0,) * len(host)
+        rows += [Row(metric=f"peak host memory device {d}", unit="bytes", predicted=float(p),
+                     measured=float(m)) for d, (p, m) in enumerate(zip(host, measured_host))]
     worst = max(mem_rows, key=lambda r: abs(r.rel_error or 0.0))
     return Validation(plan=plan, predicted=predicted, measured=measured, rows=tuple(rows),
                       iteration_time_error=rows[0].rel_error or 0.0,
@@ -145,7 +152,8 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
     measured = execute_plan(plan, scenario.model, scenario.parallel, backend=backend,
                             device=device, seed=seed, warmup=warmup, repeats=repeats)
     validation = compare(plan, sim.traces[0], measured.trace,
-                         measured.peak_memory_bytes_per_device)
+                         measured.peak_memory_bytes_per_device,
+                         measured.peak_host_memory_bytes_per_device)
     return replace(validation, measured_iteration_times_s=tuple(measured.iteration_times_s),
                    warnings=sim.result.warnings)
 

@@ -282,18 +282,32 @@ class Transformer(nn.Module):
         past K/V for slices with start > 0 and receives each layer's K/V.
         """
         if self.has_embedding:
-            x = self.embed(batch.input_ids)
-            if self.spec.arch == "gpt":
-                x = x + self.pos_embed(batch.positions)
+            x = self.embed_tokens(batch)
         elif hidden is None:
             raise ConfigError("hidden", "the previous stage's output", None,
                               f"stage with layers {self.layers} does not embed tokens")
         else:
             x = hidden
-        for block in self.blocks:
+        x = self.run_blocks(x, batch, kv, self.layers)
+        return self.loss(x, batch) if self.has_head else x
+
+    def embed_tokens(self, batch: PackedBatch) -> torch.Tensor:
+        """The embedding's output (first stage only)."""
+        x = self.embed(batch.input_ids)
+        if self.spec.arch == "gpt":
+            x = x + self.pos_embed(batch.positions)
+        return x
+
+    def run_blocks(self, x: torch.Tensor, batch: PackedBatch, kv: KVHook | None,
+                   layers: tuple[int, int]) -> torch.Tensor:
+        """Layers [layers[0], layers[1]) of this stage's over ``x`` (a per-layer op runs one)."""
+        first = self.layers[0]
+        for block in self.blocks[layers[0] - first:layers[1] - first]:
             x = block(x, batch, kv)
-        if not self.has_head:
-            return x
+        return x
+
+    def loss(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """The final norm, the LM head and the token-summed cross-entropy (last stage only)."""
         logits = self.head(self.norm(x))
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()

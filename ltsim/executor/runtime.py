@@ -44,7 +44,7 @@ from ltsim.executor.comm import check_p2p_order, recv_sources
 from ltsim.executor.worker import OPTIMIZERS, WorkerConfig, device_main, make_tokens
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import KINDS, OpKind, Plan
+from ltsim.plan import KINDS, Op, OpKind, Plan
 
 if TYPE_CHECKING:
     from ltsim.trace import Trace
@@ -69,6 +69,7 @@ class MeasuredRun:
     traces: tuple["Trace", ...]
     peak_memory_bytes_per_device: tuple[int, ...]
     static_memory_bytes_per_device: tuple[int, ...]
+    peak_host_memory_bytes_per_device: tuple[int, ...] = ()  # layer checkpoints copied to host
     losses: tuple[float, ...]
     grads: tuple[dict[str, torch.Tensor], ...] | None
     backend: str
@@ -179,25 +180,52 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
 
 def check_supported(plan: Plan) -> None:
     """Raise PlanError for ops the executor cannot run (kinds not marked in plan.KINDS, op parts
-    split for CP, compute ops over part of a stage's layers, collectives other than the DP
-    gradient reduction, cross-device dependencies other than SEND -> F/B)."""
+    split for CP, per-layer ops over parts of sequences or tiled, copies of anything but layer
+    checkpoints, collectives other than the DP gradient reduction, an optimizer offloaded to host
+    memory, cross-device dependencies other than SEND -> F/B)."""
     for op in plan.ops():
         if op.kind not in SUPPORTED_KINDS or op.part:
             what = f"{op.kind.value} ops" if op.kind not in SUPPORTED_KINDS else "CP-split ops"
             raise PlanError(f"the executor cannot run {what} (first: {op.key})\n"
                             f"{plan.grid(mark=op.key)}")
-        stage = plan.devices[op.device].layers
-        if op.work is not None and op.work.layers != stage:
-            raise PlanError(f"the executor runs each op over its stage's layers {stage}; {op.key} "
-                            f"covers layers {op.work.layers} (per-layer ops, e.g. ALST's, are "
-                            f"simulated only)\n{plan.grid(mark=op.key)}")
+        _check_layers(plan, op)
         if op.kind is OpKind.COLL and op.name != "dp-grad":
             fix = (" Fix: plan with parallel.zero_stage = 0 (the executor's optimizer is not "
                    "sharded)" if op.name == "dp-params" else "")
             raise PlanError(f"the executor runs only the COLL[dp-grad] gradient reduction (got "
                             f"{op.key}).{fix}\n{plan.grid(mark=op.key)}")
+    for device in plan.devices:
+        if device.offload_optimizer:
+            raise PlanError(f"device {device.index} keeps its optimizer in host memory (ZeRO-Offload)"
+                            ", which the executor does not; simulated only. Fix: "
+                            "strategy.offload_optimizer = false to validate")
     for device in range(plan.num_devices):
         recv_sources(plan, device)
+
+
+def _check_layers(plan: Plan, op: Op) -> None:
+    """An op over part of its stage (ALST's per-layer ops) runs over whole sequences, untiled;
+    a COPY moves one per-layer op's checkpoint (layerwise.py)."""
+    stage = plan.devices[op.device].layers
+    work = op.comm.work if op.kind is OpKind.COPY else op.work
+    if op.kind is OpKind.COPY and (op.comm.collective not in ("d2h", "h2d")
+                                   or op.comm.tensor != "ckpt"):
+        raise PlanError(f"the executor copies only layer checkpoints to and from host memory (got "
+                        f"{op.key}: {op.comm.collective} of {op.comm.tensor})\n"
+                        f"{plan.grid(mark=op.key)}")
+    if work is None or (op.kind is not OpKind.COPY and work.layers == stage):
+        return
+    if not stage[0] <= work.layers[0] <= work.layers[1] <= stage[1]:
+        raise PlanError(f"{op.key} covers layers {work.layers}, outside its stage's {stage}\n"
+                        f"{plan.grid(mark=op.key)}")
+    if work.tiling.mlp or work.tiling.loss:
+        raise PlanError(f"the executor does not tile the MLP or the loss ({op.key}); tiled works "
+                        "are simulated only. Fix: strategy.tiled_mlp = false and "
+                        f"strategy.tiled_loss = false to validate\n{plan.grid(mark=op.key)}")
+    lengths = plan.seq_lengths
+    if any(s.start > 0 or s.stop < lengths[s.seq] for s in work.slices):
+        raise PlanError(f"{op.key}: per-layer ops over parts of sequences (K/V state across "
+                        f"chunks) are simulated only\n{plan.grid(mark=op.key)}")
 
 
 def _free_port() -> int:
@@ -273,7 +301,9 @@ def _assemble(plan: Plan, reports: list[dict], backend: str, device: str,
         losses.append(float(sum(it["loss"] for it in per_device if it["loss"] is not None)))
     peaks = tuple(max(r["iterations"][i]["peak"] for i in range(num_iterations)) for r in reports)
     grads = tuple(r["iterations"][-1]["grads"] for r in reports)
+    host = tuple(max(it["host_peak"] for it in r["iterations"]) for r in reports)
     return MeasuredRun(traces=tuple(traces), peak_memory_bytes_per_device=peaks,
+                       peak_host_memory_bytes_per_device=host,
                        static_memory_bytes_per_device=traces[-1].static_bytes,
                        losses=tuple(losses), grads=None if grads[0] is None else grads,
                        backend=backend, device=device, wall_s=wall_s)

@@ -140,6 +140,7 @@ class ChunkHandle:
     input_grad: torch.Tensor | None = None  # set by backward_chunk on stages > 0
     has_graph: bool = False
     done: bool = False
+    span: tuple[int, int, bool] | None = None  # a per-layer op's (first, stop, head); None: stage
     _root: torch.Tensor | None = None
     _input_leaf: torch.Tensor | None = None
     _kv: list[tuple[KVEntry, torch.Tensor, torch.Tensor]] = field(default_factory=list)
@@ -185,7 +186,13 @@ def _run(model: Transformer, handle: ChunkHandle, store: StateStore, mode: str) 
     graph = mode != "discard"
     x = None if handle.input is None else handle.input.detach().requires_grad_(graph)
     with torch.set_grad_enabled(graph):
-        out = model(handle.batch, x, _KVHook(store, handle, mode))
+        if handle.span is None:
+            out = model(handle.batch, x, _KVHook(store, handle, mode))
+        else:
+            first, stop, head = handle.span
+            out = model.run_blocks(x, handle.batch, _KVHook(store, handle, mode), (first, stop))
+            if head:
+                out = model.loss(out, handle.batch)
     handle.output = out.detach()
     handle.has_graph = graph
     if graph:
@@ -202,6 +209,18 @@ def forward_chunk(model: Transformer, batch: PackedBatch, store: StateStore, *,
     """
     handle = ChunkHandle(chunk_id=store.new_chunk_id() if chunk_id is None else chunk_id,
                          batch=batch, input=None if hidden is None else hidden.detach())
+    _run(model, handle, store, "keep" if keep_graph else "discard")
+    return handle
+
+
+def forward_span(model: Transformer, batch: PackedBatch, store: StateStore, *,
+                 span: tuple[int, int, bool], hidden: torch.Tensor, keep_graph: bool,
+                 chunk_id: int) -> ChunkHandle:
+    """Forward of a per-layer op (ALST's, HF's per-layer checkpointing): layers [first, stop) of
+    the stage over ``hidden`` (the embedding's or the previous op's output), then the head and
+    loss when ``head``. Without ``keep_graph`` only ``hidden`` is kept (the layer's checkpoint),
+    for ``recompute_chunk``."""
+    handle = ChunkHandle(chunk_id=chunk_id, batch=batch, input=hidden.detach(), span=span)
     _run(model, handle, store, "keep" if keep_graph else "discard")
     return handle
 

@@ -8,7 +8,8 @@ Megatron's contiguous grad buffer, so COLL[dp-grad] all-reduces one tensor in pl
 
 - F / R / B through ``forward_chunk`` / ``recompute_chunk`` / ``backward_chunk``; a forward keeps its
   graph only when the plan says it keeps its activations (``op.keep`` ALL or SELECTIVE); otherwise
-  it runs without it and a later R rebuilds it;
+  it runs without it and a later R rebuilds it; ops over part of the stage (ALST's per-layer ops)
+  and the copy stream's checkpoint copies to host memory and back run through layerwise.py;
 - an F on stage > 0 (B on a stage before the last) waits for the receive of its input (output grad).
   Receives are posted ``recv_lookahead`` compute ops ahead (by default all of the iteration's, at
   its start) with ``irecv``: a send then completes when its data has moved, as the simulator's
@@ -43,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from ltsim.errors import PlanError
+from ltsim.executor import layerwise
 from ltsim.executor.comm import Async, all_reduce, irecv, isend, make_groups, recv_sources
 from ltsim.executor.memtrack import MemoryTracker
 from ltsim.executor.model import TORCH_DTYPES, Transformer, pack_chunk
@@ -131,7 +133,12 @@ class _Iteration:
     """Mutable state of one iteration on one device."""
 
     store: StateStore = field(default_factory=StateStore)
-    handles: dict[int, ChunkHandle] = field(default_factory=dict)
+    handles: dict[Any, ChunkHandle] = field(default_factory=dict)  # per-layer: (chunk, layer, head)
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # per-layer: next op's input
+    grad: dict[int, torch.Tensor] = field(default_factory=dict)  # per-layer: next B's output grad
+    host: dict[Any, torch.Tensor] = field(default_factory=dict)  # checkpoints in host memory
+    host_samples: list[int] = field(default_factory=list)
+    next_copy: int = 0
     outbox: dict[tuple[OpKind, int], torch.Tensor] = field(default_factory=dict)
     recvs: dict[str, Async] = field(default_factory=dict)
     comm: dict[str, Async] = field(default_factory=dict)
@@ -167,7 +174,9 @@ class DeviceRun:
         self.optimizer = self._make_optimizer()
         self.compute = plan.program(rank, "compute").ops
         self.comm = plan.program(rank, "comm").ops + plan.program(rank, "coll").ops
-        self.comm_keys = {op.key for op in self.comm}
+        self.copies = plan.program(rank, "copy").ops
+        self.comm_keys = {op.key for op in self.comm + self.copies}
+        self.layerwise = layerwise.is_layerwise(plan, rank)
         self.sources = recv_sources(plan, rank)
         tokens = make_tokens(plan.seq_lengths, spec.vocab_size, config.seed)
         chunks = {c.index: c for c in plan.chunks}
@@ -250,7 +259,9 @@ class DeviceRun:
                 it.comm[dep].wait(self.cfg.timeout_s)
         self._sample(it, self.clock.mark(), received)  # before the timed region
         start = self.clock.mark()
-        if op.kind is OpKind.F:
+        if self.layerwise and op.kind in (OpKind.F, OpKind.R, OpKind.B):
+            layerwise.run_compute(self, it, op, received)
+        elif op.kind is OpKind.F:
             self._forward(it, op, received)
         elif op.kind is OpKind.R:
             handle = recompute_chunk(self.model, it.handles[op.chunk], it.store)
@@ -307,6 +318,19 @@ class DeviceRun:
             it.comm[op.key] = self._launch(it, op)
             it.done.add(op.key)
             it.next_comm += 1
+        while it.next_copy < len(self.copies):  # host copies: their own stream, synchronous
+            op = self.copies[it.next_copy]
+            if not all(dep in it.done for dep in op.deps + op.start_deps):
+                break
+            if self.is_cuda:
+                it.comm_marks[op.key] = self.clock.mark()
+            it.comm[op.key] = layerwise.run_copy(self, it, op)
+            it.done.add(op.key)
+            it.next_copy += 1
+        if final and it.next_copy < len(self.copies):
+            stuck = self.copies[it.next_copy]
+            raise PlanError(f"{stuck.key} waits for {stuck.deps}, which never ran on device "
+                            f"{self.rank}\n{self.plan.grid(mark=stuck.key)}")
         if final and it.next_comm < len(self.comm):
             stuck = self.comm[it.next_comm]
             raise PlanError(f"{stuck.key} waits for {stuck.deps}, which never ran on device "
@@ -324,14 +348,14 @@ class DeviceRun:
 
     def _finish(self, it: _Iteration) -> list[tuple[Op, float, float]]:
         events = []
-        for op in self.comm:
+        for op in self.comm + self.copies:
             end = it.comm[op.key].wait(self.cfg.timeout_s)
             start = it.comm[op.key].start_s
             if self.is_cuda:  # GPU time the op was enqueued at; completion seen on the host
                 start = self.clock.resolve(it.comm_marks[op.key])
                 end = max(end, start)
             events.append((op, start, end))
-        if it.handles or len(it.store) or it.outbox or it.recvs:
+        if it.handles or len(it.store) or it.outbox or it.recvs or it.hidden or it.grad or it.host:
             raise PlanError(f"device {self.rank} ended its programs with chunks "
                             f"{sorted(it.handles)} not backwarded or messages unsent")
         self._sample(it, self.clock.mark())
@@ -350,10 +374,13 @@ class DeviceRun:
             for entry in it.store.produced(chunk):
                 yield from (entry.k, entry.v, entry.k.grad, entry.v.grad)
         yield from it.outbox.values()
+        yield from it.hidden.values()
+        yield from it.grad.values()
         yield from (a.tensor for a in it.recvs.values() if a.done)  # posted: only once filled
         yield from (a.tensor for a in it.comm.values() if not a.done)
 
     def _sample(self, it: _Iteration, mark: Any, extra: torch.Tensor | None = None) -> None:
+        it.host_samples.append(layerwise.host_bytes(it))
         if self.is_cuda:
             it.samples.append((mark, int(torch.cuda.memory_allocated())))
         else:
@@ -370,7 +397,8 @@ class DeviceRun:
         peak = int(torch.cuda.max_memory_allocated()) if self.is_cuda else \
             max([static, *(level for _, level in samples)])
         return {"release_s": release_s, "events": events, "samples": samples, "static": static,
-                "peak": peak, "loss": it.loss if self.is_last else None, "grads": it.grads}
+                "peak": peak, "host_peak": max(it.host_samples, default=0),
+                "loss": it.loss if self.is_last else None, "grads": it.grads}
 
 
 def device_main(rank: int, plan: Plan, spec: ModelSpec, config: WorkerConfig) -> None:

@@ -142,6 +142,71 @@ def test_data_parallel_replicas_get_identical_gradients(reference):
     assert len(coll) == 2 and all(e.end_s > e.start_s for e in coll)
 
 
+def _alst_plan(offload: bool, lengths=LENGTHS):
+    parallel = ParallelConfig(zero_stage=0, recompute="full" if offload else "selective")
+    ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
+    alst = get_strategy("alst")
+    options = alst.parse(dict(ulysses=False, tiled_mlp=False, tiled_loss=False,
+                              offload_checkpoints=offload, offload_optimizer=False))
+    return alst.plan(tuple(lengths), ctx, options), parallel
+
+
+@pytest.mark.parametrize("offload", [True, False])
+def test_alst_per_layer_ops_and_checkpoint_offload_match_single_process(reference, offload):
+    """Layer by layer, each checkpoint to host memory and back before its recompute: the
+    gradients of whole-sequence training, and every checkpoint back on the device by the end."""
+    plan, parallel = _alst_plan(offload)
+    assert any(op.kind is OpKind.COPY for op in plan.ops()) == offload
+    measured = run(plan, parallel)
+    assert_matches(measured, reference)
+    assert check_trace(plan, measured.trace) == []
+    layer = LENGTHS[0] * SPEC.hidden_size * 8  # the longest sequence's layer input, fp64
+    assert measured.peak_host_memory_bytes_per_device == ((SPEC.num_layers * layer,) if offload
+                                                          else (0,))
+
+
+def test_alst_offload_memory_effect_as_predicted(tmp_path):
+    """ltsim validate on CPU: offloading the layer checkpoints lowers the device peak by what the
+    memory model says, and host memory holds exactly the checkpoints."""
+    from ltsim.scenario import load_scenario
+    from ltsim.validate import validate_scenario
+
+    path = tmp_path / "alst.toml"
+    path.write_text('''name = "cpu-alst"
+[model]
+preset = "llama-tiny"
+[hardware]
+preset = "cpu"
+gpus_per_node = 1
+[parallel]
+zero_stage = 0
+recompute = "full"
+[workload]
+lengths = [512]
+num_batches = 1
+[strategy]
+name = "alst"
+ulysses = false
+tiled_mlp = false
+tiled_loss = false
+offload_optimizer = false
+''')
+    rows = {}
+    for offload in (True, False):
+        scenario = load_scenario(path, [f"strategy.offload_checkpoints={str(offload).lower()}"])
+        validation = validate_scenario(scenario, warmup=1, repeats=1)  # Adam state static
+        rows[offload] = {r.metric: r for r in validation.rows}
+    on, off = rows[True], rows[False]
+    host = on["peak host memory device 0"]
+    assert host.predicted == host.measured == 4 * 512 * 256 * 4  # 4 layer inputs, fp32
+    assert "peak host memory device 0" not in off
+    device = "peak memory device 0"
+    assert abs(on[device].rel_error) < 0.05 and abs(off[device].rel_error) < 0.05
+    saved_pred = off[device].predicted - on[device].predicted
+    saved_meas = off[device].measured - on[device].measured
+    assert saved_pred > 0 and abs(saved_meas - saved_pred) <= 0.02 * saved_pred
+
+
 def test_measured_iterations_and_memory():
     plan, parallel = make_plan("megatron-1f1b", pp=1, lengths=(64, 32))
     measured = execute_plan(plan, SPEC, parallel, warmup=1, repeats=2, optimizer="sgd")

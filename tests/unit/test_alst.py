@@ -167,12 +167,16 @@ def test_each_feature_raises_the_longest_sequence_on_eight_gpus():
     assert reach[0] < 65536 * 2 and reach[-1] > 1 << 21
 
 
-def test_the_executor_refuses_alst_plans_naming_the_op():
+def test_the_executor_runs_untiled_alst_plans_and_refuses_the_rest_naming_the_op():
     from ltsim.errors import PlanError
     from ltsim.executor.runtime import check_supported
 
-    with pytest.raises(PlanError, match=r"0:s0F0\[L0\] covers layers \(0, 1\)"):
-        check_supported(_plan(cp=1, zero_stage=0))
-    with pytest.raises(PlanError, match="per-layer ops"):
-        check_supported(_plan(cp=1, zero_stage=0, offload_checkpoints=False,
-                              offload_optimizer=False))
+    runs = dict(cp=1, zero_stage=0, tiled_mlp=False, tiled_loss=False, offload_optimizer=False)
+    check_supported(_plan(**runs))  # per-layer ops and checkpoint copies: the executor runs them
+    check_supported(_plan(**{**runs, "offload_checkpoints": False}, recompute="selective"))
+    with pytest.raises(PlanError, match=r"0:s0F0\[L0\].*tiled_mlp = false"):
+        check_supported(_plan(**{**runs, "tiled_mlp": True}))
+    with pytest.raises(PlanError, match="ZeRO-Offload.*offload_optimizer = false"):
+        check_supported(_plan(**{**runs, "offload_optimizer": True}))
+    with pytest.raises(PlanError, match="COLL"):  # Ulysses' all-to-alls
+        check_supported(_plan(**{**runs, "cp": 8}))
