@@ -26,6 +26,7 @@ class DeviceSpec:
     host_memory_bytes: float  # host (CPU) memory per GPU: the node's memory / its GPUs
     host_link_bytes_per_s: float  # host <-> device copies, one direction (PCIe)
     host_dram_bytes_per_s: float = 0.0  # the host's memory bandwidth per GPU (CPU optimizer steps)
+    synchronous: bool = False  # kernels run on the host thread (a CPU): host work adds to them
     is_unit: bool = False
 
 
@@ -110,7 +111,8 @@ PRESETS: dict[str, DeviceSpec] = {
     "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.1 * TFLOPS,
                       hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
                       inter_link_bytes_per_s=1 * GB, profile="cpu-ci", host_memory_bytes=24 * GiB,
-                      host_link_bytes_per_s=10 * GB, host_dram_bytes_per_s=10 * GB),
+                      host_link_bytes_per_s=10 * GB, host_dram_bytes_per_s=10 * GB,
+                      synchronous=True),
     # The seed papers' hand-drawn examples: forward = tokens seconds, backward = 2x, free comm,
     # one byte of activation per token (DESIGN.md section 4).
     "unit": DeviceSpec(name="unit", memory_bytes=2**62, peak_flops_per_s=0.0, hbm_bytes_per_s=0.0,

@@ -27,7 +27,9 @@ Sequence tiling (``work.tiling``, ALST): a tiled MLP runs its up and down GEMMs 
 
 ``part`` "attn" is the attention term alone (the part ring CP overlaps), "dense" the rest.
 Eager overhead: an F, R or B op takes at least the profile's measured floor for its kind and
-layer count (eager.py; none when the profile has no eager.csv).
+layer count (eager.py; none when the profile has no eager.csv). On a synchronous device (the cpu
+preset: kernels run on the host thread, so host work cannot hide behind them) it takes its kernels
+plus the residual the profile's whole-op rows measure at its size (``_residual_s``).
 CP communication, ZeRO gathers and the DP reduction are comm ops of their own (comm.py).
 """
 
@@ -44,7 +46,7 @@ from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import Keep, OpKind, Split, Work
+from ltsim.plan import Keep, OpKind, Slice, Split, Work
 from ltsim.profiles import Profile, read_table
 from ltsim.units import dtype_bytes
 
@@ -65,6 +67,7 @@ class ComputeCosts:
         self.accumulate_grads = accumulate_grads
         self._elementwise = _elementwise_curves(str(profile.path))
         self._floor, _, borrowed = eager_costs(str(profile.path), model)
+        self._residuals: dict = {}
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
         self.layer_s = lru_cache(maxsize=4096)(self._layer_s)
@@ -74,14 +77,48 @@ class ComputeCosts:
     def time_s(self, kind: OpKind, work: Work, part: str, keep: Keep = Keep.ALL) -> float:
         """Kernel time of the op, and at least the profile's eager floor (eager.py) for the op
         kind and layer count; the ``attn`` part alone (ring CP's overlapped share) is kernels
-        only, and the ``dense`` part takes what the floor leaves, so the parts add to the whole."""
+        only, and the ``dense`` part takes what the floor leaves, so the parts add to the whole.
+        On a synchronous device (a CPU) with the model's whole-op rows, the op's kernels plus the
+        measured residual instead (``_residual_s``)."""
         kernels = self._kernels_s(kind, work, part)
         if self._floor is None or part == "attn":
             return kernels
+        if self.cluster.device.synchronous and work.num_layers > 0:
+            tokens = max(1, -(-work.num_tokens // work.split.cp))
+            extra = self._residual_s(kind, tokens, work.num_layers, keep, work.split)
+            if extra is not None:
+                return max(0.0, kernels + extra)
         floor = self._floor.floor_s(kind, work.num_layers, keep)
         if part == "dense":  # the attn part plus this one make the whole op's time
             floor -= self._kernels_s(kind, work, "attn")
         return max(kernels, floor)
+
+    def _residual_s(self, kind: OpKind, tokens: int, layers: int, keep: Keep, split: Split
+                    ) -> float | None:
+        """What an op of ``kind`` over ``layers`` layers and ``tokens`` tokens costs beyond the
+        kernels priced here, on a device whose kernels run on the host thread: at every token
+        count of the profile's whole-op rows (eager.csv: the executor's op over one sequence on a
+        middle stage, at 1 and 2 layers), the measured time less this model's kernels for the same
+        work (dispatch, and the kernels running slower inside a layer than timed alone), linear in
+        the layers through the 1- and 2-layer points; between token counts linear in tokens, outside
+        them the nearest one's (no extrapolation). None without such rows (for ``kind``, or of
+        this model)."""
+        key = (kind, tokens, layers, keep, split)
+        hit = self._residuals.get(key)
+        if hit is not None or key in self._residuals:
+            return hit
+        points = self._floor.whole_points(kind, keep)
+        value = None
+        if points:
+            grid = []
+            for size, one, two in points:
+                r1, r2 = (t - self._kernels_s(kind, Work(chunk=0, slices=(Slice(0, 0, size),),
+                                                         layers=(1, 1 + n), split=split), "")
+                          for t, n in ((one, 1), (two, 2)))
+                grid.append((size, r1 + (r2 - r1) * (layers - 1)))
+            value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
+        self._residuals[key] = value
+        return value
 
     def _kernels_s(self, kind: OpKind, work: Work, part: str) -> float:
         split = work.split

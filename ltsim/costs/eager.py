@@ -22,7 +22,7 @@ width column, so there the first model by name); the choice is noted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,9 +66,12 @@ def _line(times: dict[int, float]) -> tuple[float, float]:
 
 @dataclass(frozen=True, slots=True)
 class EagerFloor:
-    """(per-op, per-layer) seconds for each of F (kept graph), F_discard, R and B."""
+    """(per-op, per-layer) seconds for each of F (kept graph), F_discard, R and B; and, when the
+    rows are the simulated model's own, every measured whole-op time by token count (``whole``:
+    (name, layers) -> ((tokens, seconds), ...), names as ``parts``)."""
 
     parts: dict[str, tuple[float, float]]
+    whole: dict[tuple[str, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     @classmethod
     def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
@@ -86,16 +89,47 @@ class EagerFloor:
             return None
         backward = {n: measured["FB"][n] - measured["F"][n] for n in (1, 2)}
         forward = _line(measured["F"])
+        own = bool((rows["model"] == model.name).all())
         return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
-                          "B": _line(backward), "R": forward})
+                          "B": _line(backward), "R": forward},
+                   whole=_whole_ops(rows) if own else {})
 
     def floor_s(self, kind: OpKind, layers: int, keep: Keep) -> float:
         """Least seconds of an op of ``kind`` over ``layers`` layers (0 for kinds not measured)."""
-        name = kind.name
-        if kind is OpKind.F and keep not in (Keep.ALL, Keep.SELECTIVE):
-            name = "F_discard"
-        part = self.parts.get(name)
+        part = self.parts.get(_name(kind, keep))
         return 0.0 if part is None or layers <= 0 else part[0] + part[1] * layers
+
+    def whole_points(self, kind: OpKind, keep: Keep) -> tuple[tuple[int, float, float], ...]:
+        """(tokens, seconds at 1 layer, at 2 layers) of a whole op of ``kind`` over a middle
+        stage, at every token count measured at both (empty when the profile has none)."""
+        name = _name(kind, keep)
+        one, two = self.whole.get((name, 1), ()), dict(self.whole.get((name, 2), ()))
+        return tuple((tokens, t1, two[tokens]) for tokens, t1 in one if tokens in two)
+
+
+def _name(kind: OpKind, keep: Keep) -> str:
+    if kind is OpKind.F and keep not in (Keep.ALL, Keep.SELECTIVE):
+        return "F_discard"
+    return kind.name
+
+
+def _whole_ops(rows: pd.DataFrame) -> dict[tuple[str, int], tuple[tuple[int, float], ...]]:
+    """Median whole-op seconds per (op, layers, tokens); B = FB - F and R = F (a recompute runs the
+    kept forward's code), at the token counts where both were measured."""
+    t = {(op, int(n), int(tokens)): float(time_s) for (op, n, tokens), time_s in
+         rows.groupby(["op", "layers", "num_tokens"])["time_s"].median().items()}
+    out: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {}
+    for n in (1, 2):
+        sizes = sorted(tokens for op, layers, tokens in t if layers == n and op == "F")
+        for name, value in (("F", lambda x: t.get(("F", n, x))),
+                            ("F_discard", lambda x: t.get(("F_discard", n, x))),
+                            ("B", lambda x: (t[("FB", n, x)] - t[("F", n, x)])
+                             if ("FB", n, x) in t else None),
+                            ("R", lambda x: t.get(("F", n, x)))):
+            points = tuple((x, v) for x in sizes if (v := value(x)) is not None)
+            if points:
+                out[(name, n)] = points
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ graph, the K/V hook, one launch per kernel. Rows, per op:
 B = FB - F and R = FdRB - F_discard - B; rows at 1 and 2 layers give a per-op and a per-layer
 part. ``ltsim.costs.compute`` takes an op's time as the larger of its kernels' time and this
 floor: with asynchronous launches (CUDA) the host runs ahead of long kernels, and is the
-bottleneck of short ones.
+bottleneck of short ones. On a CPU the same rows are measured up to a few thousand tokens: there the
+host runs the kernels, so an op costs its kernels plus what the whole op measures beyond them at
+its size (dispatch, and kernels slower inside a layer than timed alone).
 
 optimizer.csv: the executor's optimizer step (``torch.optim.Adam`` / ``SGD``, ``foreach=False``,
 states in the parameters' dtype: ltsim/executor/worker.py) over the parameters of 1 and 2 layers,
@@ -94,7 +96,7 @@ def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
 
 
 def prepare_eager(point: Point, bench: Bench) -> Case:
-    """One eager.csv point: an executor op over a tiny chunk, timed whole."""
+    """One eager.csv point: an executor op over one sequence, timed whole."""
     p = point.values
     stage = _stage(p["model"], p["layers"], p["dtype"], bench.device)
     for param in stage.parameters():

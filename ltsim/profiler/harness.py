@@ -222,7 +222,7 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                  measure=interleaved(lambda p: eager.prepare_eager(p, bench), bench),
                  provenance={"method": "measured", "kernel": "executor ops", **timing,
                              "notes": "whole executor ops (F, F_discard, F+B, F_discard+R+B) "
-                             "of a middle stage of 1 and 2 layers over one tiny sequence"}),
+                             "of a middle stage of 1 and 2 layers over one sequence"}),
         TableJob(name="optimizer", points=eager.optimizer_points(shards),
                  measure=interleaved(lambda p: eager.prepare_optimizer(p, bench), bench),
                  provenance={"method": "measured", "kernel": eager.IMPLEMENTATION, **timing,

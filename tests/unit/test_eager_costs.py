@@ -56,10 +56,21 @@ def test_floor_parts_come_from_the_least_time_and_subtract_to_b(tmp_path, repo):
     assert floor.floor_s(OpKind.W, 4, Keep.ALL) == 0.0
 
 
+def _bare(tmp_path, repo):
+    """cpu-ci without its eager and optimizer tables: kernels alone."""
+    out = tmp_path / "bare"
+    if not out.exists():
+        shutil.copytree(repo / "profiles" / "cpu-ci", out)
+        for table in ("eager", "optimizer"):
+            (out / f"{table}.csv").unlink()
+    return out
+
+
 def test_an_op_costs_the_larger_of_its_kernels_and_its_floor(tmp_path, repo):
     model = replace(get_model("llama-tiny"), dtype="fp32")
-    base = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2)
-    plain = TableCostModel(model, base)
+    gpu_like = replace(get_device("cpu"), synchronous=False)  # launches overlap the kernels
+    base = ClusterSpec(device=gpu_like, num_nodes=1, gpus_per_node=2)
+    plain = TableCostModel(model, replace(base, profile=str(_bare(tmp_path, repo))))
     eager = TableCostModel(model, replace(base, profile=str(_profile(tmp_path, repo))))
     layers = (0, model.num_layers)
     for tokens in (16, 64, 256, 4096):
@@ -71,6 +82,54 @@ def test_an_op_costs_the_larger_of_its_kernels_and_its_floor(tmp_path, repo):
             assert eager.compute_s(kind, work) == pytest.approx(max(kernels, floor))
     assert eager.compute_s(OpKind.F, work, part="attn") == plain.compute_s(OpKind.F, work,
                                                                             part="attn")
+
+
+def _middle(tokens: int, layers: int) -> Work:
+    return Work(chunk=0, slices=(Slice(0, 0, tokens),), layers=(1, 1 + layers), split=Split())
+
+
+def test_on_a_synchronous_device_an_op_costs_its_kernels_plus_the_measured_residual(tmp_path,
+                                                                                   repo):
+    """On a CPU the host runs the kernels, so what a whole op costs beyond them adds: at a measured
+    size the op costs exactly the measured whole op; elsewhere its kernels plus the residual,
+    linear in layers through 1 and 2, linear in tokens between sizes, held outside them."""
+    model = replace(get_model("llama-tiny"), dtype="fp32")
+    base = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2)
+    assert base.device.synchronous
+    plain = TableCostModel(model, replace(base, profile=str(_bare(tmp_path, repo))))
+    eager = TableCostModel(model, replace(base, profile=str(_profile(tmp_path, repo))))
+
+    def measured(op, n, tokens):
+        return TIMES[op][n - 1] * MS * ((0.9 if (op, n) == ("F", 2) else 3) if tokens == 64 else 1)
+
+    whole = {"F": lambda n, t: measured("F", n, t),
+             "B": lambda n, t: measured("FB", n, t) - measured("F", n, t)}
+    for name, kind in (("F", OpKind.F), ("B", OpKind.B)):
+        for n in (1, 2):
+            for tokens in (16, 64):
+                assert eager.compute_s(kind, _middle(tokens, n)) == pytest.approx(whole[name](n, tokens))
+
+        def residual(n, tokens):
+            return whole[name](n, tokens) - plain.compute_s(kind, _middle(tokens, n))
+
+        for layers, tokens, size in ((4, 16, 16), (3, 64, 64), (4, 1024, 64)):  # held above 64
+            r1, r2 = residual(1, size), residual(2, size)
+            expected = plain.compute_s(kind, _middle(tokens, layers)) + r1 + (r2 - r1) * (layers - 1)
+            assert eager.compute_s(kind, _middle(tokens, layers)) == pytest.approx(expected)
+        low, high = residual(1, 16), residual(1, 64)
+        assert eager.compute_s(kind, _middle(40, 1)) == pytest.approx(
+            plain.compute_s(kind, _middle(40, 1)) + low + (high - low) * (40 - 16) / (64 - 16))
+    # R runs the kept forward's code: the same residual as F
+    assert (eager.compute_s(OpKind.R, _middle(40, 3)) - plain.compute_s(OpKind.R, _middle(40, 3))
+            == pytest.approx(eager.compute_s(OpKind.F, _middle(40, 3))
+                             - plain.compute_s(OpKind.F, _middle(40, 3))))
+    # rows of another model say nothing about this one's kernels: only the floor is borrowed
+    other = TableCostModel(model, replace(base, profile=str(_profile(tmp_path / "o", repo,
+                                                                     model="llama-small"))))
+    floor = EagerFloor.from_profile(other.profile.path, model, []).floor_s(OpKind.F, 4, Keep.ALL)
+    work = _middle(256, 4)
+    assert other.compute_s(OpKind.F, work) == pytest.approx(
+        max(plain.compute_s(OpKind.F, work), floor))
 
 
 def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
@@ -93,5 +152,8 @@ def test_another_models_rows_are_borrowed_with_a_note_and_absent_tables_give_non
     assert floor is not None and isinstance(rate, OptimizerRate)
     assert notes == ("eager.csv has no rows for llama-tiny; used llama-small's",
                      "optimizer.csv has no rows for llama-tiny; used llama-small's")
-    assert eager_costs(str(repo / "profiles" / "cpu-ci"), get_model("llama-tiny"))[:2] == (
-        None, None)
+    bare = tmp_path / "bare"
+    shutil.copytree(repo / "profiles" / "cpu-ci", bare)
+    for table in ("eager", "optimizer"):
+        (bare / f"{table}.csv").unlink()
+    assert eager_costs(str(bare), get_model("llama-tiny"))[:2] == (None, None)
