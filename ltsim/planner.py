@@ -205,8 +205,11 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 def _worker_init(parent_pid: int) -> None:
-    """In each pool worker: leave Ctrl-C to the parent, and exit when the parent is gone."""
+    """In each pool worker: leave Ctrl-C to the parent, die quietly when the parent stops the
+    pool (SIGTERM; a fork inherits the command line's SIGTERM-as-interrupt handler, whose
+    traceback would land on the user's terminal), and exit when the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

@@ -5,15 +5,17 @@ names and builds the lookups on top of them.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k", "dtype", "time_s"),
@@ -83,7 +85,7 @@ def read_meta(directory: str | Path) -> ProfileMeta:
     return meta
 
 
-def write_table(directory: str | Path, name: str, frame: pd.DataFrame) -> Path:
+def write_table(directory: str | Path, name: str, frame: "pd.DataFrame") -> Path:
     """Write one table as ``<name>.csv``, checking its required columns first.
 
     Writes to a temporary file and renames it, so an interrupted run never leaves half a table.
@@ -98,45 +100,117 @@ def write_table(directory: str | Path, name: str, frame: pd.DataFrame) -> Path:
     return out
 
 
-def read_table(directory: str | Path, name: str) -> pd.DataFrame:
-    """Read ``<name>.csv`` from a profile directory; raises ProfileError if missing, empty or bad."""
+class Table:
+    """One profile table in memory without pandas (which costs a third of a command's start-up):
+    its column names and, per column, its values typed as pandas reads them: bool when every
+    filled field is true or false, int when every one is an integer, else float when every one is
+    a number, else text; an empty field is None. ``rows(...)`` gives tuples of the columns named, ``where(...)`` the rows matching."""
+
+    __slots__ = ("columns", "_data")
+
+    def __init__(self, columns: list[str], data: dict[str, list]) -> None:
+        self.columns = columns
+        self._data = data
+
+    def __len__(self) -> int:
+        return len(self._data[self.columns[0]]) if self.columns else 0
+
+    def __getitem__(self, column: str) -> list:
+        return self._data[column]
+
+    def rows(self, *columns: str) -> list[tuple]:
+        return list(zip(*(self._data[c] for c in columns)))
+
+    def where(self, **match: Any) -> "Table":
+        """The rows whose named columns equal the values given (compared as text)."""
+        keep = [i for i in range(len(self))
+                if all(str(self._data[c][i]) == str(v) for c, v in match.items())]
+        return Table(self.columns, {c: [vals[i] for i in keep] for c, vals in self._data.items()})
+
+    def with_column(self, column: str, values: list) -> "Table":
+        data = dict(self._data)
+        data[column] = values
+        columns = self.columns if column in self.columns else [*self.columns, column]
+        return Table(columns, data)
+
+
+def read_rows(directory: str | Path, name: str) -> Table:
+    """Read ``<name>.csv`` from a profile directory into a Table (``#`` starts a comment, blank
+    lines are skipped, as pandas reads it); raises ProfileError if missing, empty or bad."""
     path = Path(directory) / f"{name}.csv"
     if not path.is_file():
         raise ProfileError(f"profile '{directory}' has no {name}.csv. Fix: re-run the profiler or the "
                            f"profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
-        frame = pd.read_csv(path, comment="#")
-    except pd.errors.EmptyDataError:
-        raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}") from None
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
-    except pd.errors.ParserError as exc:  # places ("line 3"), not content
-        where = str(exc).replace("Error tokenizing data. C error: ", "")
-        raise ProfileError(f"{path}: table '{name}' must be valid CSV ({where}). {fix}") from None
     except OSError as exc:
         raise ProfileError(f"{path}: table '{name}' is unreadable ({exc.strerror}). Fix: check its "
                            "permissions") from None
-    if not isinstance(frame.index, pd.RangeIndex):  # pandas took the surplus fields as an index
+    lines = [line.split("#", 1)[0] for line in text.splitlines()]
+    try:
+        records = [r for r in csv.reader(line for line in lines if line.strip())]
+    except csv.Error as exc:  # places, not content
+        raise ProfileError(f"{path}: table '{name}' must be valid CSV ({exc}). {fix}") from None
+    if not records:
+        raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}")
+    columns = records[0]
+    if any(len(r) > len(columns) for r in records[1:]):
         raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
                            f"its header (some rows have more). {fix}")
-    check_table(name, frame, source=str(path))
-    return frame
+    data = {c: _typed([r[i] if i < len(r) else "" for r in records[1:]])
+            for i, c in enumerate(columns)}
+    table = Table(columns, data)
+    check_table(name, table, source=str(path))
+    return table
 
 
-def check_table(name: str, frame: pd.DataFrame, *, source: str) -> None:
+def _typed(fields: list[str]) -> list:
+    """A column's fields as pandas would type them (see Table)."""
+    filled = [f for f in fields if f != ""]
+    if filled and all(f.strip().lower() in ("true", "false") for f in filled):
+        return [f.strip().lower() == "true" if f != "" else None for f in fields]
+    for kind in (int, float):
+        try:
+            values = [kind(f) for f in filled]
+        except ValueError:
+            continue
+        it = iter(values)
+        return [next(it) if f != "" else None for f in fields]
+    return [f if f != "" else None for f in fields]
+
+
+def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
+    """``read_rows`` as a pandas DataFrame (for the profiler and validation scripts)."""
+    import pandas as pd
+
+    table = read_rows(directory, name)
+    return pd.DataFrame({c: table[c] for c in table.columns}, columns=table.columns)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> None:
     """Raise ProfileError when a table lacks a required column, is empty, or has bad times."""
-    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in frame.columns]
+    columns = list(frame.columns)
+    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in columns]
     if missing:
         raise ProfileError(f"{source}: table '{name}' lacks column(s) {', '.join(missing)} "
-                           f"(has {', '.join(map(str, frame.columns))}). Fix: columns must be "
+                           f"(has {', '.join(map(str, columns))}). Fix: columns must be "
                            f"{', '.join(TABLE_COLUMNS[name])}")
-    if frame.empty:
+    if len(frame) == 0:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
-    if "time_s" in frame.columns and not (pd.to_numeric(frame["time_s"], errors="coerce") > 0).all():
+    if "time_s" in columns and not all(_number(v) > 0 for v in frame["time_s"]):
         raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive numbers")
     for column in POSITIVE_COLUMNS.get(name, ()):
-        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        values = [_number(v) for v in frame[column]]
         bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]
         if bad:  # the row, not its value
             raise ProfileError(f"{source}: table '{name}' column '{column}' must hold positive numbers "

@@ -33,8 +33,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from ltsim.errors import ProfileError
 from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, MonotoneCurve,
                           Notes)
@@ -47,12 +45,13 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
 CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
-from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, ProfileMeta,
-                                 check_table, read_meta, read_table, write_meta, write_table)
+from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, ProfileMeta, Table,
+                                 check_table, read_meta, read_rows, read_table, write_meta,
+                                 write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "POSITIVE_COLUMNS", "PROFILES_DIR", "REQUIRED_TABLES",
-           "TABLE_COLUMNS", "Profile", "ProfileMeta", "available_profiles", "check_table",
-           "load_profile", "read_meta", "read_table", "resolve_profile", "write_meta",
+           "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles", "check_table",
+           "load_profile", "read_meta", "read_rows", "read_table", "resolve_profile", "write_meta",
            "write_table"]
 
 
@@ -186,20 +185,16 @@ def _backward_gemms(directory: Path, quantum: int) -> dict[str, GemmLookup] | No
     """gemm_bwd.csv's dgrad and wgrad rows, each keyed by its forward GEMM's (m=T, n=N, k=K)."""
     if not (directory / "gemm_bwd.csv").is_file():
         return None
-    frame = read_table(directory, "gemm_bwd")
+    table = read_rows(directory, "gemm_bwd")
     parts = {"dgrad": ("dtype", "m", "k", "n", "time_s"),  # dX[T,K] = dY[T,N] W[N,K]
              "wgrad": ("dtype", "k", "m", "n", "time_s")}  # dW[N,K] = dY^T[N,T] X[T,K]
     lookups = {}
     for part, columns in parts.items():
-        rows = frame[frame["pass"].astype(str) == part]
-        if rows.empty:
+        rows = table.where(**{"pass": part})
+        if not len(rows):
             return None
-        lookups[part] = GemmLookup(_rows(rows, columns), quantum=quantum)
+        lookups[part] = GemmLookup(rows.rows(*columns), quantum=quantum)
     return lookups
-
-
-def _rows(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[tuple]:
-    return list(frame.loc[:, list(columns)].itertuples(index=False, name=None))
 
 
 class Profile:
@@ -215,24 +210,24 @@ class Profile:
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
         self.meta = read_meta(self.path)
-        gemm = read_table(self.path, "gemm")
-        attention = read_table(self.path, "attention")
-        collectives = (read_table(self.path, "collectives")
+        gemm = read_rows(self.path, "gemm")
+        attention = read_rows(self.path, "attention")
+        collectives = (read_rows(self.path, "collectives")
                        if (self.path / "collectives.csv").is_file() else None)
         quantum = int(self.meta.tables.get("gemm", {}).get("m_quantum", 0))
-        self._gemm = GemmLookup(_rows(gemm, ("dtype", "m", "n", "k", "time_s")), quantum=quantum)
+        self._gemm = GemmLookup(gemm.rows("dtype", "m", "n", "k", "time_s"), quantum=quantum)
         self._gemm_bwd = _backward_gemms(self.path, quantum)
-        if "kernel" not in attention.columns:
-            attention = attention.assign(kernel="default")
+        kernel = (attention["kernel"] if "kernel" in attention.columns
+                  else ["default"] * len(attention))
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table
-            masked = attention["mask"].astype(str).isin(CONTEXT_MASKS)
-            attention = attention.assign(kernel=attention["kernel"].where(
-                ~masked, attention["kernel"].astype(str) + CONTEXT_SUFFIX))
-        attention = _monotone_attention(attention.assign(causal=attention["causal"].map(_as_bool)))
-        self._attention = AttentionLookup(_rows(attention, (
+            kernel = [f"{k}{CONTEXT_SUFFIX}" if str(m) in CONTEXT_MASKS else k
+                      for k, m in zip(kernel, attention["mask"])]
+        attention = attention.with_column("kernel", kernel).with_column(
+            "causal", [_as_bool(c) for c in attention["causal"]])
+        self._attention = AttentionLookup(_monotone_attention(attention.rows(
             "kernel", "pass", "causal", "head_dim", "num_heads", "q_tokens", "kv_tokens", "time_s")))
         self._collectives = None if collectives is None else CollectiveLookup(
-            _rows(collectives, ("op", "group_size", "scope", "bytes", "time_s")))
+            collectives.rows("op", "group_size", "scope", "bytes", "time_s"))
         kernels = tuple(k for k in self._attention.kernels if not k.endswith(CONTEXT_SUFFIX))
         default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
         self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
@@ -394,15 +389,19 @@ def _as_bool(value: Any) -> bool:
     return bool(value)
 
 
-def _monotone_attention(frame: pd.DataFrame) -> pd.DataFrame:
-    """Attention rows lifted so that more queries or more keys never take less time: each row's
-    time becomes the largest time of its kernel group at (q' <= q, kv' <= kv). Measured launch-bound
-    rows are noisy (cuDNN picks other kernels at small sizes: on the shipped H100 profile a
-    512-token backward measured slower than a 2048-token one), and a lookup must stay monotone."""
-    keys = ["kernel", "pass", "causal", "head_dim", "num_heads"]
+def _monotone_attention(rows: list[tuple]) -> list[tuple]:
+    """Attention rows (kernel, pass, causal, head_dim, num_heads, q, kv, time) lifted so that more
+    queries or more keys never take less time: each row's time becomes the largest time of its
+    kernel group at (q' <= q, kv' <= kv). Measured launch-bound rows are noisy (cuDNN picks other
+    kernels at small sizes: on the shipped H100 profile a 512-token backward measured slower than a
+    2048-token one), and a lookup must stay monotone."""
+    groups: dict[tuple, list[tuple]] = {}
+    for row in rows:
+        groups.setdefault(row[:5], []).append(row)
     out = []
-    for _, group in frame.groupby(keys, sort=False):
-        q, kv, t = (group[c].to_numpy(float) for c in ("q_tokens", "kv_tokens", "time_s"))
-        lifted = [t[(q <= q[i]) & (kv <= kv[i])].max() for i in range(len(t))]
-        out.append(group.assign(time_s=lifted))
-    return pd.concat(out) if out else frame
+    for group in groups.values():
+        for row in group:
+            q, kv = row[5], row[6]
+            lifted = max(r[7] for r in group if r[5] <= q and r[6] <= kv)
+            out.append((*row[:7], lifted))
+    return out

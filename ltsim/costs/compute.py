@@ -47,7 +47,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
-from ltsim.profiles import Profile, read_table
+from ltsim.profiles import Profile, read_rows
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
@@ -274,16 +274,21 @@ def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
     """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
     profile has one."""
     try:
-        frame = read_table(directory, "elementwise")
+        table = read_rows(directory, "elementwise")
     except ProfileError:
         return {}
+    samples: dict[tuple[str, int, str], dict[int, list[float]]] = {}
+    for op, width, pass_, tokens, time_s in table.rows("op", "hidden", "pass", "num_tokens",
+                                                       "time_s"):
+        samples.setdefault((op, int(width), pass_), {}).setdefault(int(tokens), []).append(
+            float(time_s))
     curves = {}
-    for (op, width, pass_), rows in frame.groupby(["op", "hidden", "pass"]):
-        rows = rows.groupby("num_tokens").time_s.median()
+    for key, by_tokens in samples.items():
+        tokens = sorted(by_tokens)
         # more tokens never take less time: a measured dip at small counts (launch-bound rows
         # are noisy) is lifted to the running maximum, as lookup.py's curves do for GEMMs
-        times = np.maximum.accumulate(rows.to_numpy(float))
-        curves[(op, int(width), pass_)] = (np.log(rows.index.to_numpy(float)), np.log(times))
+        times = np.maximum.accumulate([float(np.median(by_tokens[t])) for t in tokens])
+        curves[key] = (np.log(np.asarray(tokens, dtype=float)), np.log(times))
     return curves
 
 

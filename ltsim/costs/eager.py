@@ -25,37 +25,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import pandas as pd
+import statistics
 
 from ltsim.errors import ProfileError
 from ltsim.model import ModelSpec
 from ltsim.plan import Keep, OpKind
-from ltsim.profiles import read_table
+from ltsim.profiles import Table, read_rows
 
 
 def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str],
-              **match: str) -> pd.DataFrame | None:
+              **match: str) -> Table | None:
     """The table's rows (those equal to ``match`` too) of ``model`` in the model's dtype, else of
     the nearest measured model; None when the profile has no such table."""
     try:
-        frame = read_table(directory, table)
+        rows = read_rows(directory, table)
     except ProfileError:
         return None
-    for column, value in match.items():
-        frame = frame[frame[column] == value]
-    frame = frame[frame["dtype"].astype(str) == model.dtype]
-    if frame.empty:
-        return frame
-    if (frame["model"] == model.name).any():
-        return frame[frame["model"] == model.name]
-    if "hidden" in frame.columns:
-        widths = frame.groupby("model")["hidden"].first()
-        nearest = (widths - model.hidden_size).abs().idxmin()
+    rows = rows.where(**match, dtype=model.dtype)
+    models = rows["model"]
+    if not len(rows) or model.name in models:
+        return rows.where(model=model.name) if model.name in models else rows
+    if "hidden" in rows.columns:
+        widths: dict[str, float] = {}
+        for name, hidden in zip(models, rows["hidden"]):
+            widths.setdefault(name, hidden)
+        nearest = min(widths, key=lambda name: abs(widths[name] - model.hidden_size))
     else:
-        nearest = sorted(frame["model"].unique())[0]
+        nearest = sorted(set(models))[0]
     notes.append(f"{table}.csv has no rows for {model.name}; used {nearest}'s")
-    return frame[frame["model"] == nearest]
+    return rows.where(model=nearest)
+
+
+def _grouped(rows: Table, keys: tuple[str, ...], reduce) -> dict[tuple, float]:
+    """time_s reduced (min, median) over the rows of each value of ``keys``."""
+    groups: dict[tuple, list[float]] = {}
+    for key, time_s in zip(rows.rows(*keys), rows["time_s"]):
+        groups.setdefault(key, []).append(float(time_s))
+    return {key: reduce(values) for key, values in groups.items()}
 
 
 def _line(times: dict[int, float]) -> tuple[float, float]:
@@ -77,19 +83,19 @@ class EagerFloor:
     def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
                      ) -> "EagerFloor | None":
         rows = _rows_for(directory, "eager", model, notes)
-        if rows is None or rows.empty:
+        if rows is None or not len(rows):
             return None
         # the least time over the token counts measured: an op never takes less at more tokens,
         # so a slower small-chunk row is host jitter, not the floor
-        t = {(op, int(layers)): float(time_s) for (op, layers), time_s in
-             rows.groupby(["op", "layers"])["time_s"].min().items()}
+        t = {(op, int(layers)): time_s for (op, layers), time_s in
+             _grouped(rows, ("op", "layers"), min).items()}
         try:
             measured = {op: {n: t[(op, n)] for n in (1, 2)} for op in ("F", "F_discard", "FB")}
         except KeyError:
             return None
         backward = {n: measured["FB"][n] - measured["F"][n] for n in (1, 2)}
         forward = _line(measured["F"])
-        own = bool((rows["model"] == model.name).all())
+        own = all(name == model.name for name in rows["model"])
         return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
                           "B": _line(backward), "R": forward},
                    whole=_whole_ops(rows) if own else {})
@@ -113,11 +119,11 @@ def _name(kind: OpKind, keep: Keep) -> str:
     return kind.name
 
 
-def _whole_ops(rows: pd.DataFrame) -> dict[tuple[str, int], tuple[tuple[int, float], ...]]:
+def _whole_ops(rows: Table) -> dict[tuple[str, int], tuple[tuple[int, float], ...]]:
     """Median whole-op seconds per (op, layers, tokens); B = FB - F and R = F (a recompute runs the
     kept forward's code), at the token counts where both were measured."""
-    t = {(op, int(n), int(tokens)): float(time_s) for (op, n, tokens), time_s in
-         rows.groupby(["op", "layers", "num_tokens"])["time_s"].median().items()}
+    t = {(op, int(n), int(tokens)): time_s for (op, n, tokens), time_s in
+         _grouped(rows, ("op", "layers", "num_tokens"), statistics.median).items()}
     out: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {}
     for n in (1, 2):
         sizes = sorted(tokens for op, layers, tokens in t if layers == n and op == "F")
@@ -145,10 +151,11 @@ class OptimizerRate:
         rows = _rows_for(directory, "optimizer", model, notes, optimizer="adam")
         if rows is None:
             return None
-        points = rows.groupby("num_params")["time_s"].median().sort_index()
+        points = sorted((p, t) for (p,), t in
+                        _grouped(rows, ("num_params",), statistics.median).items())
         if len(points) < 2:
             return None
-        (p1, t1), (p2, t2) = list(points.items())[:2]
+        (p1, t1), (p2, t2) = points[:2]
         slope = max(0.0, (t2 - t1) / (p2 - p1))
         return cls(intercept_s=max(0.0, t1 - slope * p1), per_param_s=slope)
 

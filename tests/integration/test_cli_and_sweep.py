@@ -195,6 +195,18 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def test_a_pooled_sweep_ends_without_tracebacks(tmp_path):
+    """Stopping the pool at the end must not print the workers' interrupts."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ltsim", "sweep", str(REPO / "scenarios/quickstart.toml"),
+         "--grid", "strategy.k=1,2,3,4", "--executor", "local:2", "--db",
+         str(tmp_path / "s.sqlite")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGKILL"])
 def test_killing_a_local_sweep_leaves_no_workers(signal_name, tmp_path):
@@ -221,6 +233,7 @@ def test_killing_a_local_sweep_leaves_no_workers(signal_name, tmp_path):
         sweep.wait(timeout=20)
         if signal_name != "SIGKILL":
             assert sweep.returncode == 130  # main's "interrupted"
+            assert "Traceback" not in sweep.stderr.read()  # the workers die quietly too
         deadline = time.monotonic() + 10
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
