@@ -104,7 +104,8 @@ class Table:
     """One profile table in memory without pandas (which costs a third of a command's start-up):
     its column names and, per column, its values typed as pandas reads them: bool when every
     filled field is true or false, int when every one is an integer, else float when every one is
-    a number, else text; an empty field is None. ``rows(...)`` gives tuples of the columns named, ``where(...)`` the rows matching."""
+    a number, else text; an empty field is None. ``rows(...)`` gives tuples of the columns
+    named, ``where(...)`` the rows matching."""
 
     __slots__ = ("columns", "_data")
 
@@ -151,7 +152,7 @@ def read_rows(directory: str | Path, name: str) -> Table:
                            "permissions") from None
     lines = [line.split("#", 1)[0] for line in text.splitlines()]
     try:
-        records = [r for r in csv.reader(line for line in lines if line.strip())]
+        records = list(csv.reader(line for line in lines if line.strip()))
     except csv.Error as exc:  # places, not content
         raise ProfileError(f"{path}: table '{name}' must be valid CSV ({exc}). {fix}") from None
     if not records:

@@ -104,9 +104,8 @@ class ComputeCosts:
         them the nearest one's (no extrapolation). None without such rows (for ``kind``, or of
         this model)."""
         key = (kind, tokens, layers, keep, split)
-        hit = self._residuals.get(key)
-        if hit is not None or key in self._residuals:
-            return hit
+        if key in self._residuals:
+            return self._residuals[key]
         points = self._floor.whole_points(kind, keep)
         value = None
         if points:

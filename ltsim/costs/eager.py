@@ -43,8 +43,10 @@ def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[s
         return None
     rows = rows.where(**match, dtype=model.dtype)
     models = rows["model"]
-    if not len(rows) or model.name in models:
-        return rows.where(model=model.name) if model.name in models else rows
+    if model.name in models:
+        return rows.where(model=model.name)
+    if not len(rows):
+        return rows
     if "hidden" in rows.columns:
         widths: dict[str, float] = {}
         for name, hidden in zip(models, rows["hidden"]):

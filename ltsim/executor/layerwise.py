@@ -27,6 +27,7 @@ import torch
 
 from ltsim.errors import PlanError
 from ltsim.executor.comm import Async
+from ltsim.executor.memtrack import storage_bytes
 from ltsim.executor.state import backward_chunk, forward_span, recompute_chunk
 from ltsim.plan import Keep, Op, OpKind
 
@@ -115,4 +116,4 @@ def run_copy(run: Any, it: Any, op: Op) -> Async:
 
 
 def host_bytes(it: Any) -> int:
-    return sum(t.untyped_storage().nbytes() for t in it.host.values())
+    return sum(storage_bytes(t) for t in it.host.values())

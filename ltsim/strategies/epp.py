@@ -228,8 +228,7 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
         for window in windows(pipeline_order(units, stage, num_stages, warmup)):
             rows[(stage, window)] = None
     # every (row, chunk) pair flat, so the sums, maxima and the matrix are numpy reductions
-    chunks = list(rank)
-    where = {c: i for i, c in enumerate(chunks)}
+    chunks = sorted(rank, key=rank.get)  # row i of the arrays: the chunk of backward rank i
     base = np.array([costs[c].base for c in chunks], dtype=float)  # chunk x stage
     saved = np.array([costs[c].saved for c in chunks], dtype=float)
     transient = np.array([costs[c].transient for c in chunks], dtype=float)
@@ -237,11 +236,9 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
     row_of = np.repeat(np.arange(len(rows)), sizes)
     stage_of = np.repeat(np.fromiter((st for st, _ in rows), dtype=np.int64, count=len(rows)),
                          sizes)
-    member = np.fromiter((where[c] for _, w in rows for c in w), dtype=np.int64,
+    member = np.fromiter((rank[c] for _, w in rows for c in w), dtype=np.int64,
                          count=int(sizes.sum()))
-    column = (num_stages - 1 - stage_of
-              + np.fromiter((rank[chunks[m]] for m in member.tolist()), dtype=np.int64,
-                            count=len(member)))  # ckpt_index, vectorized
+    column = num_stages - 1 - stage_of + member  # ckpt_index, vectorized
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     need = (np.bincount(row_of, weights=base[member, stage_of], minlength=len(rows))
             - np.asarray(budgets, dtype=float)[stage_of[starts]]
