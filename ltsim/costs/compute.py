@@ -87,14 +87,20 @@ class ComputeCosts:
             tokens = max(1, -(-work.num_tokens // work.split.cp))
             extra = self._residual_s(kind, tokens, work.num_layers, keep, work.split)
             if extra is not None:
+                middle = extra
+                for stage, has in (("first", work.embed), ("last", work.head)):
+                    own = self._residual_s(kind, tokens, work.num_layers, keep, work.split,
+                                           stage) if has else None
+                    if own is not None:  # what the embedding, or the head and loss, add
+                        extra += own - middle
                 return max(0.0, kernels + extra)
         floor = self._floor.floor_s(kind, work.num_layers, keep)
         if part == "dense":  # the attn part plus this one make the whole op's time
             floor -= self._kernels_s(kind, work, "attn")
         return max(kernels, floor)
 
-    def _residual_s(self, kind: OpKind, tokens: int, layers: int, keep: Keep, split: Split
-                    ) -> float | None:
+    def _residual_s(self, kind: OpKind, tokens: int, layers: int, keep: Keep, split: Split,
+                    stage: str = "middle") -> float | None:
         """What an op of ``kind`` over ``layers`` layers and ``tokens`` tokens costs beyond the
         kernels priced here, on a device whose kernels run on the host thread: at every token
         count of the profile's whole-op rows (eager.csv: the executor's op over one sequence on a
@@ -102,18 +108,21 @@ class ComputeCosts:
         work (dispatch, and the kernels running slower inside a layer than timed alone), linear in
         the layers through the 1- and 2-layer points; between token counts linear in tokens, outside
         them the nearest one's (no extrapolation). None without such rows (for ``kind``, or of
-        this model)."""
-        key = (kind, tokens, layers, keep, split)
+        this model). ``stage`` "first" or "last": the rows of a stage with the embedding, or with
+        the head and loss, against the same work with them (``time_s`` adds their difference
+        from the middle's to an op that has them)."""
+        key = (kind, tokens, layers, keep, split, stage)
         if key in self._residuals:
             return self._residuals[key]
-        points = self._floor.whole_points(kind, keep)
+        points = self._floor.whole_points(kind, keep, stage)
         value = None
         if points:
             grid = []
             for size, one, two in points:
-                r1, r2 = (t - self._kernels_s(kind, Work(chunk=0, slices=(Slice(0, 0, size),),
-                                                         layers=(1, 1 + n), split=split), "")
-                          for t, n in ((one, 1), (two, 2)))
+                r1, r2 = (t - self._kernels_s(kind, Work(
+                    chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
+                    embed=stage == "first", head=stage == "last"), "")
+                    for t, n in ((one, 1), (two, 2)))
                 grid.append((size, r1 + (r2 - r1) * (layers - 1)))
             value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
         self._residuals[key] = value

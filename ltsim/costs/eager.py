@@ -76,16 +76,21 @@ def _line(times: dict[int, float]) -> tuple[float, float]:
 class EagerFloor:
     """(per-op, per-layer) seconds for each of F (kept graph), F_discard, R and B; and, when the
     rows are the simulated model's own, every measured whole-op time by token count (``whole``:
-    (name, layers) -> ((tokens, seconds), ...), names as ``parts``)."""
+    (name, layers, stage) -> ((tokens, seconds), ...), names as ``parts``)."""
 
     parts: dict[str, tuple[float, float]]
-    whole: dict[tuple[str, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    whole: dict[tuple[str, int, str], tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     @classmethod
     def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
                      ) -> "EagerFloor | None":
         rows = _rows_for(directory, "eager", model, notes)
         if rows is None or not len(rows):
+            return None
+        stages = rows["stage"] if "stage" in rows.columns else ["middle"] * len(rows)
+        whole_rows = rows.with_column("stage", [s or "middle" for s in stages])
+        rows = whole_rows.where(stage="middle")  # the floor: ops without embedding or head
+        if not len(rows):
             return None
         # the least time over the token counts measured: an op never takes less at more tokens,
         # so a slower small-chunk row is host jitter, not the floor
@@ -100,18 +105,21 @@ class EagerFloor:
         own = all(name == model.name for name in rows["model"])
         return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
                           "B": _line(backward), "R": forward},
-                   whole=_whole_ops(rows) if own else {})
+                   whole=_whole_ops(whole_rows) if own else {})
 
     def floor_s(self, kind: OpKind, layers: int, keep: Keep) -> float:
         """Least seconds of an op of ``kind`` over ``layers`` layers (0 for kinds not measured)."""
         part = self.parts.get(_name(kind, keep))
         return 0.0 if part is None or layers <= 0 else part[0] + part[1] * layers
 
-    def whole_points(self, kind: OpKind, keep: Keep) -> tuple[tuple[int, float, float], ...]:
-        """(tokens, seconds at 1 layer, at 2 layers) of a whole op of ``kind`` over a middle
-        stage, at every token count measured at both (empty when the profile has none)."""
+    def whole_points(self, kind: OpKind, keep: Keep, stage: str = "middle"
+                     ) -> tuple[tuple[int, float, float], ...]:
+        """(tokens, seconds at 1 layer, at 2 layers) of a whole op of ``kind`` over a ``stage``
+        ("middle", "first": with the embedding, "last": with the head and loss), at every token
+        count measured at both (empty when the profile has none)."""
         name = _name(kind, keep)
-        one, two = self.whole.get((name, 1), ()), dict(self.whole.get((name, 2), ()))
+        one = self.whole.get((name, 1, stage), ())
+        two = dict(self.whole.get((name, 2, stage), ()))
         return tuple((tokens, t1, two[tokens]) for tokens, t1 in one if tokens in two)
 
 
@@ -121,22 +129,22 @@ def _name(kind: OpKind, keep: Keep) -> str:
     return kind.name
 
 
-def _whole_ops(rows: Table) -> dict[tuple[str, int], tuple[tuple[int, float], ...]]:
-    """Median whole-op seconds per (op, layers, tokens); B = FB - F and R = F (a recompute runs the
-    kept forward's code), at the token counts where both were measured."""
-    t = {(op, int(n), int(tokens)): time_s for (op, n, tokens), time_s in
-         _grouped(rows, ("op", "layers", "num_tokens"), statistics.median).items()}
-    out: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {}
-    for n in (1, 2):
-        sizes = sorted(tokens for op, layers, tokens in t if layers == n and op == "F")
-        for name, value in (("F", lambda x: t.get(("F", n, x))),
-                            ("F_discard", lambda x: t.get(("F_discard", n, x))),
-                            ("B", lambda x: (t[("FB", n, x)] - t[("F", n, x)])
-                             if ("FB", n, x) in t else None),
-                            ("R", lambda x: t.get(("F", n, x)))):
+def _whole_ops(rows: Table) -> dict[tuple[str, int, str], tuple[tuple[int, float], ...]]:
+    """Median whole-op seconds per (op, layers, stage, tokens); B = FB - F and R = F (a recompute
+    runs the kept forward's code), at the token counts where both were measured."""
+    t = {(op, int(n), stage, int(tokens)): time_s for (op, n, stage, tokens), time_s in
+         _grouped(rows, ("op", "layers", "stage", "num_tokens"), statistics.median).items()}
+    out: dict[tuple[str, int, str], tuple[tuple[int, float], ...]] = {}
+    for n, stage in {(layers, stage) for _, layers, stage, _ in t}:
+        sizes = sorted(x for op, layers, st, x in t if (layers, st) == (n, stage) and op == "F")
+        for name, value in (("F", lambda x: t.get(("F", n, stage, x))),
+                            ("F_discard", lambda x: t.get(("F_discard", n, stage, x))),
+                            ("B", lambda x: (t[("FB", n, stage, x)] - t[("F", n, stage, x)])
+                             if ("FB", n, stage, x) in t else None),
+                            ("R", lambda x: t.get(("F", n, stage, x)))):
             points = tuple((x, v) for x in sizes if (v := value(x)) is not None)
             if points:
-                out[(name, n)] = points
+                out[(name, n, stage)] = points
     return out
 
 

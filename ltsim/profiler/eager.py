@@ -3,7 +3,8 @@
 eager.csv (the host/dispatch floor). The executor's own ops (``ltsim.executor.state``:
 ``forward_chunk``, ``recompute_chunk``, ``backward_chunk``) run on the executor's own layers
 (``ltsim.executor.model.Transformer``, a middle stage of ``layers`` layers: no embedding, no LM
-head) for one sequence of ``num_tokens`` tokens, timed whole. At a few dozen tokens the kernels
+head; on a CPU also a first stage, with the embedding, and a last one, with the head and loss:
+column ``stage``) for one sequence of ``num_tokens`` tokens, timed whole. At a few dozen tokens the kernels
 take microseconds and the time is what launching them costs: the Python of each layer, autograd's
 graph, the K/V hook, one launch per kernel. Rows, per op:
 - ``F``: a forward that keeps its graph (op.keep all or selective); ``F_discard``: one without;
@@ -37,7 +38,8 @@ from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
 EAGER_OPS = ("F", "F_discard", "FB", "FdRB")
-EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype")
+EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype", "stage")
+STAGES = ("middle", "first", "last")  # no embedding or head; with the embedding; with the head
 LAYERS = (1, 2)
 OPTIMIZERS = ("adam", "sgd")
 OPTIMIZER_KEY_FIELDS = ("model", "optimizer", "layers", "dtype")
@@ -53,11 +55,12 @@ def _models(shards: Sequence[ShardShape]) -> list[ShardShape]:
     return list(seen.values())
 
 
-def eager_points(shards: Sequence[ShardShape], tokens: Sequence[int]) -> tuple[Point, ...]:
+def eager_points(shards: Sequence[ShardShape], tokens: Sequence[int],
+                 stages: Sequence[str] = ("middle",)) -> tuple[Point, ...]:
     return tuple(make_point(EAGER_KEY_FIELDS, model=s.model, op=op, layers=layers,
-                            num_tokens=num_tokens, dtype=s.dtype)
-                 for s in _models(shards) for op in EAGER_OPS for layers in LAYERS
-                 for num_tokens in tokens)
+                            num_tokens=num_tokens, dtype=s.dtype, stage=stage)
+                 for s in _models(shards) for stage in stages for op in EAGER_OPS
+                 for layers in LAYERS for num_tokens in tokens)
 
 
 def optimizer_points(shards: Sequence[ShardShape]) -> tuple[Point, ...]:
@@ -67,10 +70,15 @@ def optimizer_points(shards: Sequence[ShardShape]) -> tuple[Point, ...]:
 
 
 @lru_cache(maxsize=2)  # building a 7B layer draws its weights on the CPU: seconds per build
-def _stage(model: str, layers: int, dtype: str, device: torch.device) -> Transformer:
-    """The executor's middle stage of ``layers`` layers of ``model`` (no embedding, no head)."""
-    spec = replace(get_model(model), num_layers=layers + 2, tied_embeddings=False)
-    return Transformer(spec, layers=(1, 1 + layers), dtype=TORCH_DTYPES[dtype]).to(device)
+def _stage(model: str, layers: int, dtype: str, device: torch.device,
+           stage: str = "middle") -> Transformer:
+    """The executor's stage of ``layers`` layers of ``model``: a middle one (no embedding, no
+    head), the first (with the embedding) or the last (with the final norm, LM head and loss)."""
+    extra = 2 if stage == "middle" else 1
+    spec = replace(get_model(model), num_layers=layers + extra, tied_embeddings=False)
+    first = 0 if stage == "first" else 1
+    return Transformer(spec, layers=(first, first + layers),
+                       dtype=TORCH_DTYPES[dtype]).to(device)
 
 
 def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
@@ -80,8 +88,10 @@ def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
     tokens = {0: torch.randint(0, spec.vocab_size, (num_tokens,), generator=gen)}
     batch = pack_chunk([(0, 0, num_tokens)], tokens).to(device)
     dtype = next(stage.parameters()).dtype
-    hidden = torch.randn(num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
-    grad = torch.randn(num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
+    hidden = None if stage.has_embedding else torch.randn(
+        num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
+    grad = None if stage.has_head else torch.randn(
+        num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
 
     def run() -> object:
         store = StateStore()
@@ -98,13 +108,13 @@ def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
 def prepare_eager(point: Point, bench: Bench) -> Case:
     """One eager.csv point: an executor op over one sequence, timed whole."""
     p = point.values
-    stage = _stage(p["model"], p["layers"], p["dtype"], bench.device)
+    stage = _stage(p["model"], p["layers"], p["dtype"], bench.device, p.get("stage", "middle"))
     for param in stage.parameters():
         param.requires_grad_(True)
     return Case(run=_op_run(p["op"], stage, p["num_tokens"], bench.device),
                 columns={"model": p["model"], "op": p["op"], "layers": p["layers"],
                          "num_tokens": p["num_tokens"], "hidden": stage.spec.hidden_size,
-                         "dtype": p["dtype"]},
+                         "dtype": p["dtype"], "stage": p.get("stage", "middle")},
                 extras={"kernel": "executor", "method": "measured"})
 
 

@@ -218,11 +218,13 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                  provenance={"method": "measured", "kernel": "one-layer forward",
                              "counter": "cuda_allocator" if device == "cuda"
                              else "saved_tensors_hooks"}),
-        TableJob(name="eager", points=eager.eager_points(shards, sizes.eager_tokens),
+        TableJob(name="eager", points=eager.eager_points(shards, sizes.eager_tokens,
+                                                         sizes.eager_stages),
                  measure=interleaved(lambda p: eager.prepare_eager(p, bench), bench),
                  provenance={"method": "measured", "kernel": "executor ops", **timing,
                              "notes": "whole executor ops (F, F_discard, F+B, F_discard+R+B) "
-                             "of a middle stage of 1 and 2 layers over one sequence"}),
+                             "of a stage of 1 and 2 layers over one sequence (column stage: middle, "
+                             "first with the embedding, last with the head and loss)"}),
         TableJob(name="optimizer", points=eager.optimizer_points(shards),
                  measure=interleaved(lambda p: eager.prepare_optimizer(p, bench), bench),
                  provenance={"method": "measured", "kernel": eager.IMPLEMENTATION, **timing,

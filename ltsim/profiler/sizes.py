@@ -24,6 +24,7 @@ class ProfileSizes:
     elementwise_tokens: tuple[int, ...]
     memory_tokens: tuple[int, ...]
     eager_tokens: tuple[int, ...]  # tiny chunks (the launch floor); on a CPU larger ones too
+    eager_stages: tuple[str, ...] = ("middle",)  # on a CPU also "first" (embedding), "last" (head)
     collective_bytes: tuple[int, ...]
     collective_group_sizes: tuple[int, ...]
     timing: TimingPlan
@@ -71,6 +72,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             varlen_total_tokens=(1024, 4096, 8192), varlen_num_seqs=(2, 8, 32),
             elementwise_tokens=powers_of_two(16, 8192, 2), memory_tokens=(256, 1024, 4096),
             eager_tokens=(16, 64, 256, 1024, 4096),  # on a CPU, whole ops at every size
+            eager_stages=("middle", "first", "last"),
             collective_bytes=powers_of_two(4 * KiB, 64 * MiB, 2), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=30, target_s=0.5,
                               long_call_s=0.5, rounds=3),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -130,6 +131,42 @@ def test_on_a_synchronous_device_an_op_costs_its_kernels_plus_the_measured_resid
     work = _middle(256, 4)
     assert other.compute_s(OpKind.F, work) == pytest.approx(
         max(plain.compute_s(OpKind.F, work), floor))
+
+
+def test_an_op_with_the_embedding_or_the_head_adds_what_those_stages_measure(tmp_path, repo):
+    """eager.csv's first (embedding) and last (head and loss) stage rows: an op that has them adds
+    their residual's difference from the middle stage's, each against kernels with the same
+    embedding or head."""
+    model = replace(get_model("llama-tiny"), dtype="fp32")
+    base = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2)
+    directory = _profile(tmp_path, repo)
+    middle = pd.read_csv(directory / "eager.csv")
+    extra_ms = {"first": 0.5, "last": 2.0}  # what the embedding / the head add to every row
+    staged = [middle.assign(stage="middle")] + [
+        middle.assign(stage=stage, time_s=middle.time_s + ms * MS) for stage, ms in extra_ms.items()]
+    write_table(directory, "eager", pd.concat(staged, ignore_index=True))
+    plain = TableCostModel(model, replace(base, profile=str(_bare(tmp_path, repo))))
+    eager = TableCostModel(model, replace(base, profile=str(directory)))
+
+    def work(tokens, embed=False, head=False):
+        return Work(chunk=0, slices=(Slice(0, 0, tokens),), layers=(0, 3), split=Split(),
+                    embed=embed, head=head)
+
+    def kernels(w):
+        return plain.compute_s(OpKind.F, w)
+
+    for tokens in (16, 40, 64):
+        mid = eager.compute_s(OpKind.F, work(tokens)) - kernels(work(tokens))
+        # first-stage rows measure 0.5 ms more than the middle's, against kernels with the
+        # embedding (the model prices none): the op adds 0.5 ms
+        assert eager.compute_s(OpKind.F, work(tokens, embed=True)) == pytest.approx(
+            kernels(work(tokens, embed=True)) + mid + 0.5 * MS)
+        # last-stage rows: 2 ms more, against kernels that include the head; both compose
+        head_kernels = {size: kernels(work(size, head=True)) - kernels(work(size))
+                        for size in (16, 64)}
+        lift = np.interp(tokens, [16, 64], [2 * MS - head_kernels[16], 2 * MS - head_kernels[64]])
+        assert eager.compute_s(OpKind.F, work(tokens, embed=True, head=True)) == pytest.approx(
+            kernels(work(tokens, embed=True, head=True)) + mid + 0.5 * MS + lift)
 
 
 def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
