@@ -124,8 +124,15 @@ class Table:
 
     def where(self, **match: Any) -> "Table":
         """The rows whose named columns equal the values given (compared as text)."""
+        return self._matching(match, True)
+
+    def without(self, **match: Any) -> "Table":
+        """The rows that ``where(**match)`` leaves out."""
+        return self._matching(match, False)
+
+    def _matching(self, match: dict[str, Any], wanted: bool) -> "Table":
         keep = [i for i in range(len(self))
-                if all(str(self._data[c][i]) == str(v) for c, v in match.items())]
+                if all(str(self._data[c][i]) == str(v) for c, v in match.items()) is wanted]
         return Table(self.columns, {c: [vals[i] for i in keep] for c, vals in self._data.items()})
 
     def with_column(self, column: str, values: list) -> "Table":

@@ -93,6 +93,11 @@ class ComputeCosts:
                                            stage) if has else None
                     if own is not None:  # what the embedding, or the head and loss, add
                         extra += own - middle
+                for piece in work.slices:  # reading earlier K/V, and their gradients in B
+                    if piece.start > 0:
+                        extra += self._context_residual_s(
+                            kind, max(1, -(-piece.num_tokens // work.split.cp)), piece.start,
+                            work.num_layers, keep, work.split)
                 return max(0.0, kernels + extra)
         floor = self._floor.floor_s(kind, work.num_layers, keep)
         if part == "dense":  # the attn part plus this one make the whole op's time
@@ -125,6 +130,36 @@ class ComputeCosts:
                     for t, n in ((one, 1), (two, 2)))
                 grid.append((size, r1 + (r2 - r1) * (layers - 1)))
             value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
+        self._residuals[key] = value
+        return value
+
+    def _context_residual_s(self, kind: OpKind, tokens: int, context: int, layers: int,
+                            keep: Keep, split: Split) -> float:
+        """What a slice of ``tokens`` query tokens after ``context`` tokens of its sequence adds
+        to an op's residual, beyond the attention kernels with context priced here (the state
+        store's reads and concatenations, dK/dV accumulated in B): at each (query, context)
+        point of the whole-op rows with context, their residual less the plain rows' residual at
+        the same query tokens; linear in the layers, then in query tokens at each measured
+        context, then in context tokens from 0 (nothing added) through the measured
+        ones, held beyond both ranges. 0 without such rows."""
+        key = (kind, tokens, context, layers, keep, split)
+        if key in self._residuals:
+            return self._residuals[key]
+        points = self._floor.context_points(kind, keep)
+        value = 0.0
+        if points:
+            by_context: dict[int, list[tuple[int, float]]] = {}
+            for q, c, one, two in points:
+                plain = self._residual_s(kind, q, layers, keep, split) or 0.0
+                r1, r2 = (t - self._kernels_s(kind, Work(
+                    chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split), "")
+                    for t, n in ((one, 1), (two, 2)))
+                by_context.setdefault(c, []).append(
+                    (q, r1 + (r2 - r1) * (layers - 1) - plain))
+            contexts = sorted(by_context)
+            at = [float(np.interp(tokens, [q for q, _ in sorted(by_context[c])],
+                                  [r for _, r in sorted(by_context[c])])) for c in contexts]
+            value = float(np.interp(context, [0, *contexts], [0.0, *at]))
         self._residuals[key] = value
         return value
 

@@ -80,6 +80,10 @@ class EagerFloor:
 
     parts: dict[str, tuple[float, float]]
     whole: dict[tuple[str, int, str], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    # (name, layers) -> ((query tokens, context tokens, seconds), ...): ops of a middle stage over
+    # a chunk after context_tokens earlier tokens of its sequence (own rows only)
+    context: dict[tuple[str, int], tuple[tuple[int, int, float], ...]] = field(
+        default_factory=dict)
 
     @classmethod
     def from_profile(cls, directory: str | Path, model: ModelSpec, notes: list[str]
@@ -88,7 +92,11 @@ class EagerFloor:
         if rows is None or not len(rows):
             return None
         stages = rows["stage"] if "stage" in rows.columns else ["middle"] * len(rows)
-        whole_rows = rows.with_column("stage", [s or "middle" for s in stages])
+        rows = rows.with_column("stage", [s or "middle" for s in stages])
+        contexts = rows["context_tokens"] if "context_tokens" in rows.columns else [0] * len(rows)
+        rows = rows.with_column("context_tokens", [int(c or 0) for c in contexts])
+        context_rows = rows.where(stage="middle").without(context_tokens=0)
+        whole_rows = rows.where(context_tokens=0)
         rows = whole_rows.where(stage="middle")  # the floor: ops without embedding or head
         if not len(rows):
             return None
@@ -105,12 +113,22 @@ class EagerFloor:
         own = all(name == model.name for name in rows["model"])
         return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
                           "B": _line(backward), "R": forward},
-                   whole=_whole_ops(whole_rows) if own else {})
+                   whole=_whole_ops(whole_rows) if own else {},
+                   context=_context_ops(context_rows) if own else {})
 
     def floor_s(self, kind: OpKind, layers: int, keep: Keep) -> float:
         """Least seconds of an op of ``kind`` over ``layers`` layers (0 for kinds not measured)."""
         part = self.parts.get(_name(kind, keep))
         return 0.0 if part is None or layers <= 0 else part[0] + part[1] * layers
+
+    def context_points(self, kind: OpKind, keep: Keep
+                       ) -> tuple[tuple[int, int, float, float], ...]:
+        """(query tokens, context tokens, seconds at 1 layer, at 2 layers) of an op of ``kind``
+        over a chunk with context, middle stage (empty when the profile has none)."""
+        name = _name(kind, keep)
+        two = {(q, c): v for q, c, v in self.context.get((name, 2), ())}
+        return tuple((q, c, v, two[(q, c)]) for q, c, v in self.context.get((name, 1), ())
+                     if (q, c) in two)
 
     def whole_points(self, kind: OpKind, keep: Keep, stage: str = "middle"
                      ) -> tuple[tuple[int, float, float], ...]:
@@ -127,6 +145,26 @@ def _name(kind: OpKind, keep: Keep) -> str:
     if kind is OpKind.F and keep not in (Keep.ALL, Keep.SELECTIVE):
         return "F_discard"
     return kind.name
+
+
+def _context_ops(rows: Table) -> dict[tuple[str, int], tuple[tuple[int, int, float], ...]]:
+    """Median seconds per (op, layers, query tokens, context tokens) of the rows with context;
+    B = FB - F; R and F_discard read the context as F does, so they take F's points."""
+    if not len(rows):
+        return {}
+    t = {(op, int(n), int(q), int(c)): time_s for (op, n, q, c), time_s in _grouped(
+        rows, ("op", "layers", "num_tokens", "context_tokens"), statistics.median).items()}
+    out: dict[tuple[str, int], tuple[tuple[int, int, float], ...]] = {}
+    for n in sorted({n for _, n, _, _ in t}):
+        forward = tuple((q, c, v) for (op, m, q, c), v in sorted(t.items())
+                        if op == "F" and m == n)
+        backward = tuple((q, c, t[("FB", n, q, c)] - v) for q, c, v in forward
+                         if ("FB", n, q, c) in t)
+        for name, points in (("F", forward), ("F_discard", forward), ("R", forward),
+                             ("B", backward)):
+            if points:
+                out[(name, n)] = points
+    return out
 
 
 def _whole_ops(rows: Table) -> dict[tuple[str, int, str], tuple[tuple[int, float], ...]]:

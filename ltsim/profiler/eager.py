@@ -9,6 +9,9 @@ take microseconds and the time is what launching them costs: the Python of each 
 graph, the K/V hook, one launch per kernel. Rows, per op:
 - ``F``: a forward that keeps its graph (op.keep all or selective); ``F_discard``: one without;
 - ``FB``: F then its backward; ``FdRB``: F_discard, the recompute R, then the backward.
+On a CPU, F and FB are also timed over a chunk that attends to ``context_tokens`` earlier tokens
+of its sequence (middle stage), as a ChunkFlow or SeCO chunk does: reading the earlier K/V through
+the state store at every layer and, in backward, accumulating their gradients.
 B = FB - F and R = FdRB - F_discard - B; rows at 1 and 2 layers give a per-op and a per-layer
 part. ``ltsim.costs.compute`` takes an op's time as the larger of its kernels' time and this
 floor: with asynchronous launches (CUDA) the host runs ahead of long kernels, and is the
@@ -38,7 +41,8 @@ from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
 EAGER_OPS = ("F", "F_discard", "FB", "FdRB")
-EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype", "stage")
+EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype", "stage", "context_tokens")
+CONTEXT_OPS = ("F", "FB")  # with context: R's residual is F's, F_discard's is not priced apart
 STAGES = ("middle", "first", "last")  # no embedding or head; with the embedding; with the head
 LAYERS = (1, 2)
 OPTIMIZERS = ("adam", "sgd")
@@ -56,11 +60,19 @@ def _models(shards: Sequence[ShardShape]) -> list[ShardShape]:
 
 
 def eager_points(shards: Sequence[ShardShape], tokens: Sequence[int],
-                 stages: Sequence[str] = ("middle",)) -> tuple[Point, ...]:
-    return tuple(make_point(EAGER_KEY_FIELDS, model=s.model, op=op, layers=layers,
-                            num_tokens=num_tokens, dtype=s.dtype, stage=stage)
-                 for s in _models(shards) for stage in stages for op in EAGER_OPS
-                 for layers in LAYERS for num_tokens in tokens)
+                 stages: Sequence[str] = ("middle",),
+                 context: Sequence[tuple[int, int]] = ()) -> tuple[Point, ...]:
+    """Every op of every stage at every token count without context; then, for each (query
+    tokens, context tokens) of ``context``, F and F+B of a middle stage over a chunk that attends
+    to that many earlier tokens of its sequence."""
+    plain = tuple(make_point(EAGER_KEY_FIELDS, model=s.model, op=op, layers=layers,
+                             num_tokens=num_tokens, dtype=s.dtype, stage=stage, context_tokens=0)
+                  for s in _models(shards) for stage in stages for op in EAGER_OPS
+                  for layers in LAYERS for num_tokens in tokens)
+    return plain + tuple(make_point(EAGER_KEY_FIELDS, model=s.model, op=op, layers=layers,
+                                    num_tokens=q, dtype=s.dtype, stage="middle", context_tokens=c)
+                         for s in _models(shards) for op in CONTEXT_OPS for layers in LAYERS
+                         for q, c in context)
 
 
 def optimizer_points(shards: Sequence[ShardShape]) -> tuple[Point, ...]:
@@ -81,26 +93,43 @@ def _stage(model: str, layers: int, dtype: str, device: torch.device,
                        dtype=TORCH_DTYPES[dtype]).to(device)
 
 
-def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device
-            ) -> Callable[[], object]:
+def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device,
+            context: int = 0) -> Callable[[], object]:
+    """The timed call: ``op`` over tokens [context, context + num_tokens) of one sequence. With
+    context, the earlier tokens' K/V are forwarded once here, untimed, into a store every call
+    reads (as the executor's chunk reads its predecessors'); a call's own K/V leave the store
+    after it, so every call sees the same state."""
     spec = stage.spec
     gen = torch.Generator().manual_seed(0)
-    tokens = {0: torch.randint(0, spec.vocab_size, (num_tokens,), generator=gen)}
-    batch = pack_chunk([(0, 0, num_tokens)], tokens).to(device)
+    tokens = {0: torch.randint(0, spec.vocab_size, (context + num_tokens,), generator=gen)}
+    batch = pack_chunk([(0, context, context + num_tokens)], tokens).to(device)
     dtype = next(stage.parameters()).dtype
-    hidden = None if stage.has_embedding else torch.randn(
-        num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
-    grad = None if stage.has_head else torch.randn(
-        num_tokens, spec.hidden_size, generator=gen).to(device, dtype)
+
+    def randn(n: int) -> torch.Tensor:
+        return torch.randn(n, spec.hidden_size, generator=gen).to(device, dtype)
+
+    hidden = None if stage.has_embedding else randn(num_tokens)
+    grad = None if stage.has_head else randn(num_tokens)
+    shared = None
+    if context:
+        shared = StateStore()
+        forward_chunk(stage, pack_chunk([(0, 0, context)], tokens).to(device), shared,
+                      keep_graph=False, chunk_id=-1,
+                      hidden=None if stage.has_embedding else randn(context))
+    calls = iter(range(1 << 62))
 
     def run() -> object:
-        store = StateStore()
+        store = StateStore() if shared is None else shared
         keep = op in ("F", "FB")
-        handle = forward_chunk(stage, batch, store, keep_graph=keep, hidden=hidden)
+        handle = forward_chunk(stage, batch, store, keep_graph=keep, hidden=hidden,
+                               chunk_id=next(calls))
         if op == "FdRB":
             recompute_chunk(stage, handle, store)
         if op in ("FB", "FdRB"):
             backward_chunk(handle, store, grad)
+        if shared is not None:
+            shared.release(handle.chunk_id)
+            shared.forget(handle.chunk_id)
         return handle
     return run
 
@@ -111,10 +140,12 @@ def prepare_eager(point: Point, bench: Bench) -> Case:
     stage = _stage(p["model"], p["layers"], p["dtype"], bench.device, p.get("stage", "middle"))
     for param in stage.parameters():
         param.requires_grad_(True)
-    return Case(run=_op_run(p["op"], stage, p["num_tokens"], bench.device),
+    context = p.get("context_tokens", 0)
+    return Case(run=_op_run(p["op"], stage, p["num_tokens"], bench.device, context),
                 columns={"model": p["model"], "op": p["op"], "layers": p["layers"],
                          "num_tokens": p["num_tokens"], "hidden": stage.spec.hidden_size,
-                         "dtype": p["dtype"], "stage": p.get("stage", "middle")},
+                         "dtype": p["dtype"], "stage": p.get("stage", "middle"),
+                         "context_tokens": context},
                 extras={"kernel": "executor", "method": "measured"})
 
 

@@ -25,6 +25,8 @@ class ProfileSizes:
     memory_tokens: tuple[int, ...]
     eager_tokens: tuple[int, ...]  # tiny chunks (the launch floor); on a CPU larger ones too
     eager_stages: tuple[str, ...] = ("middle",)  # on a CPU also "first" (embedding), "last" (head)
+    # on a CPU also chunks with context: (query tokens, context tokens) of a middle stage
+    eager_context: tuple[tuple[int, int], ...] = ()
     collective_bytes: tuple[int, ...]
     collective_group_sizes: tuple[int, ...]
     timing: TimingPlan
@@ -73,6 +75,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             elementwise_tokens=powers_of_two(16, 8192, 2), memory_tokens=(256, 1024, 4096),
             eager_tokens=(16, 64, 256, 1024, 4096),  # on a CPU, whole ops at every size
             eager_stages=("middle", "first", "last"),
+            eager_context=tuple((q, c) for q in (64, 256, 1024) for c in (256, 1024, 4096)),
             collective_bytes=powers_of_two(4 * KiB, 64 * MiB, 2), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=1, min_repeats=3, max_repeats=30, target_s=0.5,
                               long_call_s=0.5, rounds=3),

@@ -169,6 +169,52 @@ def test_an_op_with_the_embedding_or_the_head_adds_what_those_stages_measure(tmp
             kernels(work(tokens, embed=True, head=True)) + mid + 0.5 * MS + lift)
 
 
+def test_a_slice_with_context_adds_what_the_rows_with_context_measure(tmp_path, repo):
+    """eager.csv's rows with context_tokens > 0: a slice after c earlier tokens adds the residual
+    those rows measure (against kernels of attention with that context) less the plain residual,
+    per slice, interpolated in query and context tokens from 0 (nothing) at no context; B is
+    FB - F of the same rows, R takes F's; without such rows a slice with context adds nothing."""
+    model = replace(get_model("llama-tiny"), dtype="fp32")
+    base = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2)
+    plain = TableCostModel(model, replace(base, profile=str(_bare(tmp_path, repo))))
+    no_context = TableCostModel(model, replace(base, profile=str(_profile(tmp_path / "n", repo))))
+    directory = _profile(tmp_path, repo)
+    rows = pd.read_csv(directory / "eager.csv").assign(context_tokens=0)
+    extra = {("F", 256): 1.0, ("F", 1024): 3.0, ("FB", 256): 2.5, ("FB", 1024): 7.0}  # ms
+
+    def with_context(q, c, op, n):  # the op's measured time after c tokens: kernels + residual
+        w = Work(chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=Split())
+        forward = no_context.compute_s(OpKind.F, w) + extra[("F", c)] * MS
+        if op == "F":
+            return forward
+        return forward + no_context.compute_s(OpKind.B, w) + (extra[("FB", c)] - extra[("F", c)]) * MS
+
+    ctx = [{"model": "llama-tiny", "op": op, "layers": n, "num_tokens": q, "hidden": 256,
+            "dtype": "fp32", "stage": "middle", "context_tokens": c,
+            "time_s": with_context(q, c, op, n)}
+           for op in ("F", "FB") for n in (1, 2) for q in (16, 64) for c in (256, 1024)]
+    write_table(directory, "eager", pd.concat([rows, pd.DataFrame(ctx)], ignore_index=True))
+    eager = TableCostModel(model, replace(base, profile=str(directory)))
+
+    def work(*slices):
+        return Work(chunk=0, slices=tuple(Slice(i, c, c + q) for i, (q, c) in enumerate(slices)),
+                    layers=(1, 4), split=Split())
+
+    for kind, added in ((OpKind.F, {256: 1.0, 1024: 3.0}), (OpKind.B, {256: 1.5, 1024: 4.0}),
+                        (OpKind.R, {256: 1.0, 1024: 3.0})):
+        for q, c, ms in ((16, 256, added[256]), (40, 1024, added[1024]),
+                         (64, 640, (added[256] + added[1024]) / 2),  # linear in context
+                         (64, 128, added[256] / 2),  # from nothing at no context
+                         (64, 8192, added[1024])):  # held beyond the rows
+            assert eager.compute_s(kind, work((q, c))) == pytest.approx(
+                no_context.compute_s(kind, work((q, c))) + ms * MS), (kind, q, c)
+        # per slice: a packed chunk with two slices after context adds both
+        assert eager.compute_s(kind, work((16, 256), (16, 1024), (16, 0))) == pytest.approx(
+            no_context.compute_s(kind, work((16, 256), (16, 1024), (16, 0)))
+            + (added[256] + added[1024]) * MS)
+        assert no_context.compute_s(kind, work((16, 256))) != plain.compute_s(kind, work((16, 256)))
+
+
 def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
     model = replace(get_model("llama-tiny"), dtype="fp32")
     cluster = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2,
