@@ -142,7 +142,7 @@ class ComputeCosts:
         the same query tokens; linear in the layers, then in query tokens at each measured
         context, then in context tokens from 0 (nothing added) through the measured
         ones, held beyond both ranges. 0 without such rows."""
-        key = (kind, tokens, context, layers, keep, split)
+        key = ("context", kind, tokens, context, layers, keep, split)
         if key in self._residuals:
             return self._residuals[key]
         points = self._floor.context_points(kind, keep)
