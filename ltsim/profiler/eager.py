@@ -131,6 +131,7 @@ def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device,
             shared.release(handle.chunk_id)
             shared.forget(handle.chunk_id)
         return handle
+    run.store = shared  # type: ignore[attr-defined]  # the context's store (tests look at it)
     return run
 
 

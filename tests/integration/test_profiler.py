@@ -376,3 +376,23 @@ def test_kernels_only_timing_drops_the_launch_gaps_and_keeps_long_kernels() -> N
     big_wall = summarize(sample(lambda: a @ a, plan=plan, device=device)).time_s
     big_gpu = summarize(sample(lambda: a @ a, plan=plan, device=device, kernels_only=True)).time_s
     assert big_gpu == pytest.approx(big_wall, rel=0.1)
+
+
+def test_an_eager_op_with_context_reads_the_same_state_at_every_call() -> None:
+    """eager.csv's rows with context: the earlier tokens' K/V are forwarded once, before timing,
+    and every timed call (F, or F+B that accumulates their gradients) finds the store as the
+    first did: its own K/V leave after it, so nothing builds up over the repeats."""
+    from ltsim.profiler.eager import _op_run, _stage
+
+    stage = _stage("llama-tiny", 1, "fp32", torch.device("cpu"))
+    for param in stage.parameters():
+        param.requires_grad_(True)
+    for op in ("F", "FB"):
+        run = _op_run(op, stage, 16, torch.device("cpu"), context=48)
+        before = len(run.store)
+        assert before == 1  # the context's K/V at the stage's one layer
+        for _ in range(3):
+            handle = run()
+            assert handle.batch.slices[0][1:] == (48, 64)  # tokens [48, 64) of the sequence
+            assert len(run.store) == before
+        assert _op_run(op, stage, 16, torch.device("cpu")).store is None  # no context: none
