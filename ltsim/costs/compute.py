@@ -150,7 +150,9 @@ class ComputeCosts:
         if points:
             by_context: dict[int, list[tuple[int, float]]] = {}
             for q, c, one, two in points:
-                plain = self._residual_s(kind, q, layers, keep, split) or 0.0
+                # against the plain residual of the op the rows time: F's for F_discard too
+                plain = self._residual_s(kind, q, layers, Keep.ALL if kind is OpKind.F else keep,
+                                         split) or 0.0
                 r1, r2 = (t - self._kernels_s(kind, Work(
                     chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split), "")
                     for t, n in ((one, 1), (two, 2)))

@@ -213,6 +213,11 @@ def test_a_slice_with_context_adds_what_the_rows_with_context_measure(tmp_path, 
             no_context.compute_s(kind, work((16, 256), (16, 1024), (16, 0)))
             + (added[256] + added[1024]) * MS)
         assert no_context.compute_s(kind, work((16, 256))) != plain.compute_s(kind, work((16, 256)))
+    # a discarding forward reads the context as F does: it adds F's extra to its own plain cost
+    for q, c in ((16, 256), (40, 1024)):
+        w = work((q, c))
+        assert eager.compute_s(OpKind.F, w, keep=Keep.KV) == pytest.approx(
+            no_context.compute_s(OpKind.F, w, keep=Keep.KV) + {256: 1.0, 1024: 3.0}[c] * MS)
 
 
 def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
