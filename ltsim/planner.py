@@ -195,13 +195,19 @@ def _fork_context():
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop queued points, stop running workers, and wait for the pool's manager thread: left
+    running, it closes its wake-up pipe while the interpreter's exit hook writes to it (a race in
+    concurrent.futures, an OSError traceback after "interrupted")."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
             process.terminate()
     for process in processes:
         process.join(timeout=5)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 def _worker_init(parent_pid: int) -> None:
