@@ -36,6 +36,7 @@ CP communication, ZeRO gathers and the DP reduction are comm ops of their own (c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -122,13 +123,9 @@ class ComputeCosts:
         points = self._floor.whole_points(kind, keep, stage)
         value = None
         if points:
-            grid = []
-            for size, one, two in points:
-                r1, r2 = (t - self._kernels_s(kind, Work(
-                    chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
-                    embed=stage == "first", head=stage == "last"), "")
-                    for t, n in ((one, 1), (two, 2)))
-                grid.append((size, r1 + (r2 - r1) * (layers - 1)))
+            grid = [(size, self._measured_residual_s(kind, one, two, layers, lambda n: Work(
+                chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
+                embed=stage == "first", head=stage == "last"))) for size, one, two in points]
             value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
         self._residuals[key] = value
         return value
@@ -153,17 +150,22 @@ class ComputeCosts:
                 # against the plain residual of the op the rows time: F's for F_discard too
                 plain = self._residual_s(kind, q, layers, Keep.ALL if kind is OpKind.F else keep,
                                          split) or 0.0
-                r1, r2 = (t - self._kernels_s(kind, Work(
-                    chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split), "")
-                    for t, n in ((one, 1), (two, 2)))
-                by_context.setdefault(c, []).append(
-                    (q, r1 + (r2 - r1) * (layers - 1) - plain))
+                residual = self._measured_residual_s(kind, one, two, layers, lambda n: Work(
+                    chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split))
+                by_context.setdefault(c, []).append((q, residual - plain))
             contexts = sorted(by_context)
             at = [float(np.interp(tokens, [q for q, _ in sorted(by_context[c])],
                                   [r for _, r in sorted(by_context[c])])) for c in contexts]
             value = float(np.interp(context, [0, *contexts], [0.0, *at]))
         self._residuals[key] = value
         return value
+
+    def _measured_residual_s(self, kind: OpKind, one: float, two: float, layers: int,
+                             work_of: Callable[[int], Work]) -> float:
+        """Whole-op seconds measured at 1 and 2 layers (``one``, ``two``) less this model's
+        kernels for the same work (``work_of(layers)``), linear in layers to ``layers``."""
+        r1, r2 = (t - self._kernels_s(kind, work_of(n), "") for t, n in ((one, 1), (two, 2)))
+        return r1 + (r2 - r1) * (layers - 1)
 
     def _kernels_s(self, kind: OpKind, work: Work, part: str) -> float:
         split = work.split

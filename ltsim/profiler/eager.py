@@ -4,9 +4,9 @@ eager.csv (the host/dispatch floor). The executor's own ops (``ltsim.executor.st
 ``forward_chunk``, ``recompute_chunk``, ``backward_chunk``) run on the executor's own layers
 (``ltsim.executor.model.Transformer``, a middle stage of ``layers`` layers: no embedding, no LM
 head; on a CPU also a first stage, with the embedding, and a last one, with the head and loss:
-column ``stage``) for one sequence of ``num_tokens`` tokens, timed whole. At a few dozen tokens the kernels
-take microseconds and the time is what launching them costs: the Python of each layer, autograd's
-graph, the K/V hook, one launch per kernel. Rows, per op:
+column ``stage``) for one sequence of ``num_tokens`` tokens, timed whole. At a few dozen tokens
+the kernels take microseconds and the time is what launching them costs: the Python of each
+layer, autograd's graph, the K/V hook, one launch per kernel. Rows, per op:
 - ``F``: a forward that keeps its graph (op.keep all or selective); ``F_discard``: one without;
 - ``FB``: F then its backward; ``FdRB``: F_discard, the recompute R, then the backward.
 On a CPU, F and FB are also timed over a chunk that attends to ``context_tokens`` earlier tokens
@@ -27,6 +27,7 @@ with gradients set. Its time per parameter, slope and intercept, is what an OPT 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -42,8 +43,7 @@ from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
 EAGER_OPS = ("F", "F_discard", "FB", "FdRB")
 EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype", "stage", "context_tokens")
-CONTEXT_OPS = ("F", "FB")  # with context: R's residual is F's, F_discard's is not priced apart
-STAGES = ("middle", "first", "last")  # no embedding or head; with the embedding; with the head
+CONTEXT_OPS = ("F", "FB")  # with context; R and F_discard take F's rows (ltsim/costs/eager.py)
 LAYERS = (1, 2)
 OPTIMIZERS = ("adam", "sgd")
 OPTIMIZER_KEY_FIELDS = ("model", "optimizer", "layers", "dtype")
@@ -116,7 +116,7 @@ def _op_run(op: str, stage: Transformer, num_tokens: int, device: torch.device,
         forward_chunk(stage, pack_chunk([(0, 0, context)], tokens).to(device), shared,
                       keep_graph=False, chunk_id=-1,
                       hidden=None if stage.has_embedding else randn(context))
-    calls = iter(range(1 << 62))
+    calls = itertools.count()
 
     def run() -> object:
         store = StateStore() if shared is None else shared

@@ -223,9 +223,10 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                  measure=interleaved(lambda p: eager.prepare_eager(p, bench), bench),
                  provenance={"method": "measured", "kernel": "executor ops", **timing,
                              "notes": "whole executor ops (F, F_discard, F+B, F_discard+R+B) "
-                             "of a stage of 1 and 2 layers over one sequence (column stage: middle, "
-                             "first with the embedding, last with the head and loss; column context_tokens: F and F+B "
-                             "of a chunk after that many tokens of its sequence)"}),
+                             "of a stage of 1 and 2 layers over one sequence (column stage: "
+                             "middle, first with the embedding, last with the head and loss; "
+                             "column context_tokens: F and F+B of a chunk after that many tokens "
+                             "of its sequence)"}),
         TableJob(name="optimizer", points=eager.optimizer_points(shards),
                  measure=interleaved(lambda p: eager.prepare_optimizer(p, bench), bench),
                  provenance={"method": "measured", "kernel": eager.IMPLEMENTATION, **timing,
