@@ -53,7 +53,7 @@ def _check_coverage(plan: Plan):
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward."""
     covered: dict = {}
     first_key: dict = {}
-    width = {d.index: d.cp_width for d in plan.devices}
+    cp_width = {d.index: d.cp_width for d in plan.devices}
     weight: dict = {}  # per Work object: F and B of a chunk share one
     F, B = OpKind.F, OpKind.B
     for program in plan.programs:
@@ -67,17 +67,20 @@ def _check_coverage(plan: Plan):
                     share = weight[id(work)] = work.num_tokens * work.num_layers / work.split.cp
                 index = (op.kind, op.stage, op.chunk)
                 if index in covered:
-                    covered[index] += share * width[op.device]
+                    covered[index] += share * cp_width[op.device]
                 else:
-                    covered[index] = share * width[op.device]
+                    covered[index] = share * cp_width[op.device]
                     first_key[index] = op.key
-    layers = plan.stage_layers
+    widths = [stop - first for first, stop in plan.stage_layers]  # once: a property over devices
+    grad_chunks = plan.grad_chunks
     for chunk in plan.chunks:
-        for stage in range(plan.num_stages):
-            need = chunk.num_tokens * (layers[stage][1] - layers[stage][0])
-            for kind in (OpKind.F, OpKind.B):
+        tokens = chunk.num_tokens
+        grad = grad_chunks is None or chunk.index in grad_chunks
+        for stage, width in enumerate(widths):
+            need = tokens * width
+            for kind in (F, B):
                 index = (kind, stage, chunk.index)
-                want = need if kind is OpKind.F or plan.gets_grad(chunk.index) else 0
+                want = need if kind is F or grad else 0
                 got = covered.get(index, 0)
                 if abs(got - want) > 1e-6 * max(want, 1):
                     what = "no backward (it gets no gradient)" if not want else "exactly one per stage"

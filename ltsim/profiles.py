@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from itertools import accumulate, groupby
 from pathlib import Path
 from typing import Any
 
@@ -400,8 +401,19 @@ def _monotone_attention(rows: list[tuple]) -> list[tuple]:
         groups.setdefault(row[:5], []).append(row)
     out = []
     for group in groups.values():
-        for row in group:
-            q, kv = row[5], row[6]
-            lifted = max(r[7] for r in group if r[5] <= q and r[6] <= kv)
-            out.append((*row[:7], lifted))
+        # By increasing q, the largest time so far at each kv, and its running maximum over kv:
+        # O(rows x distinct kv) where comparing every pair took a third of a sweep's start-up.
+        rank = {kv: i for i, kv in enumerate(sorted({row[6] for row in group}))}
+        best = [float("-inf")] * len(rank)
+        lifted = [0.0] * len(group)
+        order = sorted(range(len(group)), key=lambda i: group[i][5])
+        for _, same in groupby(order, key=lambda i: group[i][5]):
+            same = list(same)
+            for i in same:
+                k = rank[group[i][6]]
+                best[k] = max(best[k], group[i][7])
+            prefix = list(accumulate(best, max))
+            for i in same:
+                lifted[i] = prefix[rank[group[i][6]]]
+        out += [(*row[:7], time_s) for row, time_s in zip(group, lifted)]
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ltsim.costs import CostModel, UnitCostModel
+from ltsim.gcpause import paused
 from ltsim.plan import Plan
 from ltsim.scenario import Scenario
 from ltsim.sim.engine import Engine
@@ -44,11 +45,12 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     if strategy.batching is not None:
         workload = workload.with_batching(strategy.batching)
     for batch in workload.sample(scenario.seed):
-        plan = strategy.plan(batch, ctx, options)
-        trace = engine.run(plan)
-        flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
-                    for chunk in plan.chunks)
-        metrics.append(batch_metrics(plan, trace, flops))
+        with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
+            plan = strategy.plan(batch, ctx, options)
+            trace = engine.run(plan)
+            flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
+                        for chunk in plan.chunks)
+            metrics.append(batch_metrics(plan, trace, flops))
         if keep:
             plans.append(plan)
             traces.append(trace)

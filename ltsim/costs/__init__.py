@@ -2,7 +2,8 @@
 
 A cost model answers from one op, buffer or device alone, never from a plan or global settings:
 the op says what it computes or moves (ltsim.plan), and the model knows only the hardware and the
-model shape. The same methods are the query face a planner uses before any plan exists::
+model shape. Every layer of a model is alike: a work's cost depends on how many layers it covers,
+not which (the engine prices equal token layouts on equal layer counts once). The same methods are the query face a planner uses before any plan exists::
 
     work = Work(chunk=0, slices=(Slice(0, 4096, 8192),), layers=(0, 4), split=Split(tp=4, cp=2))
     cost.compute_s(OpKind.F, work)           # seconds of that forward on one GPU
@@ -16,7 +17,7 @@ Warnings (lookups outside the tables) belong to the model instance, i.e. to one 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Hashable, Protocol
 
 from ltsim.costs.unit import UnitCostModel
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, Op, OpKind, Work
@@ -39,6 +40,11 @@ class CostModel(Protocol):
 
     def comm_s(self, comm: Comm) -> float:
         """Seconds a comm op (P2P, collective, host copy) occupies its stream."""
+        ...
+
+    def comm_key(self, comm: Comm) -> Hashable:
+        """What ``comm_s(comm)`` depends on: comms with equal keys take equal time (the engine
+        prices once per key; a plan holds 10^5 sends of a few thousand distinct kinds)."""
         ...
 
     def optimizer_s(self, device: Device) -> float:

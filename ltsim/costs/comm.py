@@ -39,6 +39,17 @@ class CommCosts:
         gpn = self.cluster.gpus_per_node
         return "intra" if comm.gpus[0] // gpn == comm.gpus[1] // gpn else "inter"
 
+    def key(self, comm: Comm) -> tuple:
+        """What time_s reads: a copy its buffer's work (shape, not chunk number), any other comm its
+        payload's terms and whether it stays in one node (not which GPUs)."""
+        work = comm.work
+        if comm.collective in ("d2h", "h2d"):
+            shape = (tuple((s.start, s.stop) for s in work.slices), work.num_layers, work.split,
+                     work.embed, work.head, work.tiling)
+            return comm.collective, comm.tensor, shape, comm.steps
+        return (comm.collective, comm.tensor, work.num_tokens, work.num_layers, work.split,
+                work.embed, work.head, comm.group_size, comm.steps, self.scope(comm))
+
     def time_s(self, comm: Comm) -> float:
         if comm.collective in ("d2h", "h2d"):
             return self.copy_s(comm)

@@ -61,6 +61,9 @@ class TableCostModel:
     def comm_s(self, comm: Comm) -> float:
         return self._comm.time_s(comm)
 
+    def comm_key(self, comm: Comm) -> tuple:
+        return self._comm.key(comm)
+
     def optimizer_s(self, device: Device) -> float:
         params = self._buffers.static_bytes(device).num_parameters
         shards = device.num_shards if device.zero_stage >= 1 else 1

@@ -33,6 +33,9 @@ class UnitCostModel:
     def comm_s(self, comm: Comm) -> float:
         return 0.0
 
+    def comm_key(self, comm: Comm) -> str:
+        return "free"
+
     def optimizer_s(self, device: Device) -> float:
         return 0.0
 

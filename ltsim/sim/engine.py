@@ -21,14 +21,15 @@ priced durations, independent of the order SimPy wakes processes in.
 
 from __future__ import annotations
 
-import gc
 from heapq import merge
+from operator import attrgetter
 from typing import Any
 
 import simpy
 
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
+from ltsim.gcpause import paused
 from ltsim.plan import Op, OpKind, Plan
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import Event, Trace
@@ -76,10 +77,10 @@ class Compiled:
 
 
 def _shape(work) -> tuple:
-    """What a Work's cost depends on: its token layout, layers and split, not its chunk or
-    sequence numbers (the cost model prices from these alone)."""
-    return (tuple((s.start, s.stop) for s in work.slices), work.layers, work.split, work.embed,
-            work.head)
+    """What a Work's cost depends on: its token layout, number of layers and split, not its chunk,
+    sequence numbers or which layers (the cost model prices from these alone: CostModel)."""
+    return (tuple((s.start, s.stop) for s in work.slices), work.layers[1] - work.layers[0],
+            work.split, work.embed, work.head, work.tiling)
 
 
 def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
@@ -121,9 +122,17 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
         work, comm = op.work, op.comm
         if work is not None:
             pkey = (op.kind, shape(work), op.part, op.keep)
-        elif comm is not None:
-            pkey = (comm.collective, comm.tensor, shape(comm.work), comm.group_size, comm.gpus,
-                    comm.steps)
+        elif comm is not None:  # a plan holds 10^5 sends of a few thousand distinct prices
+            pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
+                    comm.steps, comm.gpus)
+            value = prices.get(pkey)
+            if value is None:  # first by the GPUs it spans, then by what its cost reads
+                ckey = ("comm", cost.comm_key(comm))
+                value = prices.get(ckey)
+                if value is None:
+                    value = prices[ckey] = duration_s(cost, op)
+                prices[pkey] = value
+            return value
         else:
             return duration_s(cost, op)  # raises: the op carries neither
         value = prices.get(pkey)
@@ -171,11 +180,7 @@ class Engine:
         self.cost = cost
 
     def run(self, plan: Plan) -> Trace:
-        # The replay allocates many short-lived objects and no cycles: pausing the cyclic garbage
-        # collector saves ~25% of the wall time on 10k-op plans (validation/perf/README.md).
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with paused():  # many short-lived objects and no cycles (ltsim/gcpause.py)
             compiled = compile_plan(plan, self.cost)
             classes = replica_classes(plan, compiled)
             if classes is None:
@@ -185,9 +190,6 @@ class Engine:
                                                   barrier_sizes=barrier_sizes(compiled, only))
             copy_replicas(compiled, classes, start, finish, mem, host_mem)
             return build_trace(compiled, start, finish, mem, host_mem)
-        finally:
-            if paused:
-                gc.enable()
 
 
 def replay(compiled: Compiled, *, only: set[int] | None = None,
@@ -289,7 +291,7 @@ def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
             key = ops[i].key
             append(Event(device, stream, key.token, kind_text[key.kind], key.stage, key.chunk,
                          start[i], finish[i]))
-    events.sort(key=lambda e: (e.start_s, e.device, e.stream))
+    events.sort(key=attrgetter("start_s", "device", "stream"))  # C, not a lambda per event
     static = compiled.static
     memory = _levels(compiled.programs, mem, static)
     host_memory = _levels(compiled.programs, host_mem, compiled.host_static)

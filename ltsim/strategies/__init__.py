@@ -8,12 +8,12 @@ torch.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
 from ltsim.errors import ConfigError
+from ltsim.gcpause import paused
 from ltsim.plan import Plan
 from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, flexsp, infinipipe,
                               megatron_1f1b, seco, seq1f1b, skrull, sorted_batching, spaco)
@@ -31,13 +31,8 @@ class Strategy:
         return parse_options(self.options_type, raw, strategy=self.name)
 
     def plan(self, batch: tuple[int, ...], ctx: PlanContext, options: Any) -> Plan:
-        paused = gc.isenabled()
-        gc.disable()  # plans are many small acyclic objects: skip the cyclic collector (perf)
-        try:
+        with paused():  # plans are many small acyclic objects (ltsim/gcpause.py)
             return self.plan_fn(tuple(batch), ctx, options)
-        finally:
-            if paused:
-                gc.enable()
 
 
 def _entry(module: ModuleType) -> Strategy:

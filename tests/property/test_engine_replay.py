@@ -75,3 +75,13 @@ def test_equal_replicas_are_found_and_replayed_once():
     distinct = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 7 + [65], "selective")
     classes = replicas.replica_classes(distinct, engine.compile_plan(distinct, UnitCostModel()))
     assert classes is not None and sorted(len(c) for c in classes) == [1, 3]
+
+
+def test_replicas_with_distinct_chunk_layouts_skip_the_op_by_op_comparison():
+    """Every replica's chunks differ: no class is looked for (the replay is the full one)."""
+    plan = _plan("megatron-1f1b", {}, 2, 4, 1, [64, 65, 66, 67, 68, 69, 70, 71], "selective")
+    assert replicas._all_distinct(plan, {d.replica for d in plan.devices})
+    compiled = engine.compile_plan(plan, UnitCostModel())
+    assert replicas.replica_classes(plan, compiled) is None
+    equal = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective")
+    assert not replicas._all_distinct(equal, {d.replica for d in equal.devices})

@@ -134,3 +134,18 @@ def test_model_dtype_gradients_pay_their_accumulation_in_every_backward() -> Non
     assert 1.3e-3 < expected < 1.7e-3  # 1.69 ms measured on the H100 (gpu_notes.md, item 12)
     assert model.compute_s(OpKind.B, work) - fp32.compute_s(OpKind.B, work) == pytest.approx(expected)
     assert model.compute_s(OpKind.F, work) == fp32.compute_s(OpKind.F, work)
+
+
+def test_comms_with_equal_keys_take_equal_time_and_the_key_tells_nodes_apart():
+    """The engine prices once per comm_key: sends between other GPUs of one node share a price,
+    a send across nodes does not."""
+    cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
+    split = Split(tp=4)
+    work = _work(4096, split, layers=(0, 7))
+    moved = _work(4096, split, layers=(7, 14))  # other layers, same count: the same tensor size
+    sends = [Comm("send_recv", "act", w, group_size=2, gpus=gpus)
+             for w, gpus in ((work, (0, 4)), (moved, (1, 5)), (work, (4, 8)))]
+    assert cost.comm_key(sends[0]) == cost.comm_key(sends[1])
+    assert cost.comm_s(sends[0]) == cost.comm_s(sends[1])
+    assert cost.comm_key(sends[2]) != cost.comm_key(sends[0])  # GPUs 4 and 8: two nodes
+    assert cost.comm_s(sends[2]) > cost.comm_s(sends[0])

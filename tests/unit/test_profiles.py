@@ -4,6 +4,7 @@ shipped profiles answering the cost model's whole range (ltsim/profiles.py, ltsi
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pandas as pd
@@ -310,3 +311,16 @@ def test_measured_h100_is_the_default_with_its_masked_kernel_apart():
     whole = profile.attention_time_s(8192, 8192, **args) / attention_work(8192, 8192, True)
     assert ctx > 1.5 * whole
     assert load_profile("h100-sxm5-80gb", attention_kernel="fa2").attention_kernel == "fa2"
+
+def test_monotone_attention_lifts_each_row_to_the_largest_time_it_dominates():
+    """The sweep over sorted q gives the definition: each row's time becomes the largest time of
+    its kernel group at q' <= q and kv' <= kv (random rows, ties and repeats included)."""
+    from ltsim.profiles import _monotone_attention
+
+    rng = random.Random(3)
+    for _ in range(40):
+        rows = [(rng.choice("ab"), "fwd", True, 128, rng.choice([8, 16]), rng.choice([1, 2, 4, 8]),
+                 rng.choice([1, 3, 9]), rng.random()) for _ in range(rng.randint(1, 50))]
+        expected = [(*row[:7], max(r[7] for r in rows if r[:5] == row[:5] and r[5] <= row[5]
+                                   and r[6] <= row[6])) for row in rows]
+        assert sorted(_monotone_attention(rows)) == sorted(expected)
