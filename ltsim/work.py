@@ -132,6 +132,13 @@ class Work:
     def num_layers(self) -> int:
         return self.layers[1] - self.layers[0]
 
+    def cost_shape(self) -> tuple:
+        """What a cost model reads of this work: its token layout, number of layers, split,
+        embedding / head and tiling; not its chunk, sequence numbers or which layers (every layer
+        of a model is alike). Equal shapes cost the same: the engine prices once per shape."""
+        return (tuple((s.start, s.stop) for s in self.slices), self.layers[1] - self.layers[0],
+                self.split, self.embed, self.head, self.tiling)
+
 
 class Buffer(NamedTuple):
     """Memory held between ops; its size comes from the CostModel, from this value alone.

@@ -44,9 +44,7 @@ class CommCosts:
         payload's terms and whether it stays in one node (not which GPUs)."""
         work = comm.work
         if comm.collective in ("d2h", "h2d"):
-            shape = (tuple((s.start, s.stop) for s in work.slices), work.num_layers, work.split,
-                     work.embed, work.head, work.tiling)
-            return comm.collective, comm.tensor, shape, comm.steps
+            return comm.collective, comm.tensor, work.cost_shape(), comm.steps
         return (comm.collective, comm.tensor, work.num_tokens, work.num_layers, work.split,
                 work.embed, work.head, comm.group_size, comm.steps, self.scope(comm))
 

@@ -76,13 +76,6 @@ class Compiled:
         self.host_static = host_static  # per device: what it keeps in host memory throughout
 
 
-def _shape(work) -> tuple:
-    """What a Work's cost depends on: its token layout, number of layers and split, not its chunk,
-    sequence numbers or which layers (the cost model prices from these alone: CostModel)."""
-    return (tuple((s.start, s.stop) for s in work.slices), work.layers[1] - work.layers[0],
-            work.split, work.embed, work.head, work.tiling)
-
-
 def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
     """Price every op once per distinct shape and turn keys into integer ids."""
     ops = [op for program in plan.programs for op in program.ops]
@@ -96,7 +89,7 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
     def shape(work) -> tuple:
         value = shapes.get(work)
         if value is None:
-            value = shapes[work] = _shape(work)
+            value = shapes[work] = work.cost_shape()
         return value
 
     def nbytes(buffers) -> tuple[int, int]:
@@ -122,11 +115,11 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
         work, comm = op.work, op.comm
         if work is not None:
             pkey = (op.kind, shape(work), op.part, op.keep)
-        elif comm is not None:  # a plan holds 10^5 sends of a few thousand distinct prices
+        elif comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then by
             pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
-                    comm.steps, comm.gpus)
+                    comm.steps, comm.gpus)  # comm_key, which sends on other GPUs share
             value = prices.get(pkey)
-            if value is None:  # first by the GPUs it spans, then by what its cost reads
+            if value is None:
                 ckey = ("comm", cost.comm_key(comm))
                 value = prices.get(ckey)
                 if value is None:

@@ -63,8 +63,9 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
 
 def _all_distinct(plan: Plan, replicas) -> bool:
     """Whether every replica's chunks have a token layout no other replica's have (then no two
-    can be identical, and the op-by-op comparison is skipped: a 1024-GPU plan of distinct
-    replicas spent 6% of its time there). False when unsure (chunks not marked by replica)."""
+    can be identical, and the op-by-op comparison is skipped: 0.18 s of a 2.9 s simulation of
+    distinct replicas, validation/perf/phases.py). False when unsure (chunks not marked by
+    replica)."""
     layouts: dict[int, list] = {}
     for chunk in plan.chunks:
         layouts.setdefault(chunk.replica, []).append(

@@ -15,7 +15,9 @@ import gc
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -40,18 +42,26 @@ def _timed(times: dict, name: str, fn):
     return out
 
 
+@contextmanager
+def scenario_path(*, chunkflow: bool) -> Iterator[Path]:
+    """The quickstart, or (as bench_engine.py) the quickstart with Megatron 1F1B."""
+    quickstart = ROOT / "scenarios" / "quickstart.toml"
+    if chunkflow:
+        yield quickstart
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "megatron.toml"
+        text = quickstart.read_text().replace('name = "chunkflow"', 'name = "megatron-1f1b"')
+        path.write_text("\n".join(line for line in text.splitlines()
+                                  if not line.startswith(("chunk_size", "k = "))))
+        yield path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunkflow", action="store_true")
     args = parser.parse_args()
-    quickstart = ROOT / "scenarios" / "quickstart.toml"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = quickstart
-        if not args.chunkflow:  # as bench_engine.py: the quickstart with Megatron 1F1B
-            path = Path(tmp) / "megatron.toml"
-            text = quickstart.read_text().replace('name = "chunkflow"', 'name = "megatron-1f1b"')
-            path.write_text("\n".join(line for line in text.splitlines()
-                                      if not line.startswith(("chunk_size", "k = "))))
+    with scenario_path(chunkflow=args.chunkflow) as path:
         scenario = load_scenario(path, SETS)
     cost = make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
