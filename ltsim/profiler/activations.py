@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ltsim.executor import kernels
 from ltsim.profiler.attention import sdpa_slice
-from ltsim.profiler.elementwise import rope
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, Row, make_point
 from ltsim.profiler.timing import TORCH_DTYPES
@@ -63,7 +63,7 @@ def make_layer(shard: ShardShape, recompute: str, dtype: torch.dtype, device: to
 
     def norm(x: torch.Tensor, name: str) -> torch.Tensor:
         if llama:
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w[name]
+            return kernels.rms_norm(x, w[name], 1e-6)
         return F.layer_norm(x, (h,), w[name], w[f"{name}_b"])
 
     def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -76,14 +76,14 @@ def make_layer(shard: ShardShape, recompute: str, dtype: torch.dtype, device: to
         q, k, v = (t.reshape(tokens, -1, dim) for t in (q, k, v))
         if llama:
             positions = torch.arange(tokens, device=x.device)
-            q, k = rope(q, positions), rope(k, positions)
+            q, k = kernels.rope(q, positions), kernels.rope(k, positions)
+            v = v.contiguous()  # as the executor: no saved view pins the whole QKV output
         attn = (checkpoint(core, q, k, v, use_reentrant=True) if recompute == "selective"
                 else core(q, k, v))
         x = x + F.linear(attn.reshape(tokens, -1), w["proj"], w.get("proj_b"))
         up = F.linear(norm(x, "norm2"), w["up"], w.get("up_b"))
         if llama:
-            gate, up = up.chunk(2, dim=-1)
-            act = F.silu(gate) * up
+            act = kernels.swiglu(up)
         else:
             act = F.gelu(up)
         return x + F.linear(act, w["down"], w.get("down_b"))

@@ -1,12 +1,16 @@
 """elementwise.csv: the bandwidth-bound ops of a layer, forward and backward, over token counts.
 
-Ops (implemented as the executor's layer implements them, ltsim/executor/model.py):
-- `rmsnorm` (llama): x * rsqrt(mean(x^2) + eps) * w over hidden_size; `layernorm` (gpt):
-  F.layer_norm with weight and bias.
-- `swiglu` (llama): silu(gate) * up, input 2 * ffn / tp wide, `hidden` = ffn / tp (the output);
-  `gelu` (gpt): F.gelu (erf form) over ffn / tp.
-- `rope` (llama): rotate-half RoPE of q and k, angles computed in the call as the executor does;
-  `hidden` = (heads + kv_heads) * head_dim on this rank.
+Ops, each the very function the executor's layer calls (ltsim/executor/model.py), so that a
+row times the kernels the executor launches, forward and backward:
+- `rmsnorm` (llama): ``kernels.rms_norm``, x * rsqrt(mean(x^2) + eps) * w over hidden_size, an
+  autograd Function that keeps x and rstd and computes its gradient in closed form (more kernels
+  in backward than plain autograd's); `layernorm` (gpt): F.layer_norm with weight and bias.
+- `swiglu` (llama): ``kernels.swiglu``, silu(gate) * up, input 2 * ffn / tp wide, `hidden` =
+  ffn / tp (the output); it keeps only its input, so its backward recomputes sigmoid(gate) and
+  concatenates the two halves' gradients. `gelu` (gpt): F.gelu (erf form) over ffn / tp.
+- `rope` (llama): ``kernels.rope``, rotate-half RoPE with the cos/sin tables cached per positions
+  tensor (computed once per chunk, as in the executor); `hidden` = (heads + kv_heads) * head_dim
+  on this rank.
 - `residual_add`: x + y over hidden_size.
 `head_dim` is 0 except for rope (whose cost depends on the head split).
 `bwd` rows time the backward alone on a retained graph, like attention.csv.
@@ -20,11 +24,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ltsim.executor.model import rope  # time exactly what the executor runs
+from ltsim.executor import kernels  # time exactly what the executor runs
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
+RMS_EPS = 1e-6  # the executor's RMSNorm default (model.RMSNorm)
 KEY_FIELDS = ("op", "num_tokens", "hidden", "head_dim", "dtype", "pass_")
 PASSES = ("fwd", "bwd")
 
@@ -60,23 +65,21 @@ def _op_inputs(p: dict[str, Any], dtype: torch.dtype, device: torch.device
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
     if op == "rmsnorm":
-        return (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+        return (lambda x, w: kernels.rms_norm(x, w, RMS_EPS),
                 (randn(tokens, hidden), torch.ones(hidden, device=device, dtype=dtype)))
     if op == "layernorm":
         return (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
                 (randn(tokens, hidden), torch.ones(hidden, device=device, dtype=dtype),
                  torch.zeros(hidden, device=device, dtype=dtype)))
     if op == "swiglu":
-        def swiglu(x: torch.Tensor) -> torch.Tensor:
-            gate, up = x.chunk(2, dim=-1)
-            return F.silu(gate) * up
-        return swiglu, (randn(tokens, 2 * hidden),)
+        return kernels.swiglu, (randn(tokens, 2 * hidden),)
     if op == "gelu":
         return F.gelu, (randn(tokens, hidden),)
     if op == "rope":
         head_dim = p["head_dim"]
         positions = torch.arange(tokens, device=device)
-        return (lambda x: rope(x, positions), (randn(tokens, hidden // head_dim, head_dim),))
+        return (lambda x: kernels.rope(x, positions),
+                (randn(tokens, hidden // head_dim, head_dim),))
     if op == "residual_add":
         return torch.add, (randn(tokens, hidden), randn(tokens, hidden))
     raise ValueError(op)

@@ -22,10 +22,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ltsim.errors import ConfigError, ProfileError  # noqa: E402
+from ltsim.memory import activation_bytes_per_token  # noqa: E402
+from ltsim.model import get_model  # noqa: E402
+from ltsim.parallel import ParallelConfig  # noqa: E402
 from ltsim.profiler import run_profile  # noqa: E402
 from ltsim.cli import cmd_profile  # noqa: E402
 from ltsim.profiler.cli import add_arguments  # noqa: E402
+from ltsim.profiler.activations import make_layer, saved_bytes  # noqa: E402
 from ltsim.profiler.attention import sdpa_slice  # noqa: E402
+from ltsim.profiler.elementwise import _op_inputs  # noqa: E402
+from ltsim.profiler.shapes import shard  # noqa: E402
 from ltsim.profiler import harness  # noqa: E402
 from ltsim.profiler.tables import (Progress, TableJob, make_point, progress_stream,  # noqa: E402
                                    run_table)
@@ -140,6 +146,32 @@ def test_slice_attention_is_the_tail_of_a_causal_sequence() -> None:
     q, k, v = (torch.randn(40, h, 8, generator=gen) for h in (4, 2, 2))
     whole = sdpa_slice(q, k, v)
     assert torch.allclose(sdpa_slice(q[-10:], k, v), whole[-10:], atol=1e-5)
+
+
+@pytest.mark.parametrize("op, backward", [("rmsnorm", "_RMSNormBackward"),
+                                          ("swiglu", "_SwiGLUBackward"),
+                                          ("rope", "_RopeBackward")])
+def test_elementwise_rows_time_the_executors_own_functions(op: str, backward: str) -> None:
+    # a row must time the kernels the executor launches: its memory-lean Functions run other
+    # kernels in backward than plain autograd of the same formula (gpu_notes.md)
+    fn, inputs = _op_inputs({"op": op, "num_tokens": 8, "hidden": 64, "head_dim": 16},
+                            torch.float32, torch.device("cpu"))
+    out = fn(*(x.detach().requires_grad_(True) for x in inputs))
+    assert type(out.grad_fn).__name__ == backward
+
+
+def test_memory_rows_count_the_layer_the_memory_model_counts() -> None:
+    # the profiler's layer is the executor's (memory-lean norms, SwiGLU and RoPE), whose saved
+    # tensors ltsim.memory counts, less the fp32 norm statistics and int64 positions it leaves out
+    spec = get_model("llama-tiny")
+    tokens = 256
+    for recompute in ("none", "selective"):
+        layer, params = make_layer(shard(spec, 1), recompute, torch.float32, torch.device("cpu"))
+        x = torch.randn(tokens, spec.hidden_size, requires_grad=True)
+        measured = saved_bytes(layer, x, list(params.values())) / tokens
+        modelled = activation_bytes_per_token(spec, ParallelConfig(), num_layers=1,
+                                              recompute=recompute)
+        assert measured - modelled == 2 * 4 + 8  # two rstd (fp32) and the positions (int64)
 
 
 def test_interrupted_profile_resumes_without_remeasuring(tmp_path: Path) -> None:
