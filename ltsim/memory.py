@@ -238,6 +238,17 @@ def mlp_activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -
     return (3 if model.gated_mlp else 2) * e * f / parallel.tp / parallel.cp
 
 
+def sdpa_output_copy_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """What one layer keeps per chunk token beyond ``layer_activation_parts`` when attention runs
+    as one torch SDPA call per slice (the executor's path, attention kernel ``torch_sdpa``): the
+    slices' outputs are concatenated (``torch.cat``, a copy even of one slice) and the output
+    projection keeps that copy beside the output SDPA keeps for its backward, e * heads *
+    head_dim / tp per token (counted on CPU: validation/executor/cpu_notes.md). FlashAttention's
+    varlen call writes the packed output once, the one tensor ``layer_activation_parts`` counts."""
+    e = dtype_bytes(model.dtype)
+    return e * model.num_attention_heads * model.head_dim / parallel.tp / parallel.cp
+
+
 def mlp_tile_tokens(model: ModelSpec, local_tokens: int) -> int:
     """Tokens of one TiledMLP shard: ALST splits a rank's s_local tokens into ceil(s_local / hidden)
     shards (arctic_training's TiledMLP, PAPERS.md 6.1 [code]): about ``hidden`` tokens each."""

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ltsim.executor.kernels import CONTEXT_MASK, context_attention
 from ltsim.profiler.shapes import ShardShape
+from ltsim.profiles import SDPA_KERNEL
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
@@ -41,7 +42,6 @@ VARLEN_KEY_FIELDS = ("num_seqs", "total_tokens", "num_heads", "num_kv_heads", "h
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 FLASH_KERNEL = "flash_attn_varlen"
-SDPA_KERNEL = "torch_sdpa"
 
 
 def flash_varlen() -> Callable[..., torch.Tensor] | None:

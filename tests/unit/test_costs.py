@@ -74,6 +74,21 @@ def test_buffers_scale_with_tokens_and_kv_is_smaller_than_activations():
             <= cost.buffer_bytes(Buffer("act", big, Keep.ALL)))
 
 
+def test_the_sdpa_kernel_keeps_the_attention_output_twice_and_flash_once():
+    # the executor's SDPA path concatenates the slices' outputs; fa2's varlen call does not
+    spec = get_model("llama-2-7b")
+    costs = {kernel: TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"),
+                                                      gpus_per_node=8, attention_kernel=kernel))
+             for kernel in ("torch_sdpa", "fa2")}
+    work = _work(1000, Split(tp=2), layers=(0, 4))
+    copy = 4 * 1000 * 2 * spec.num_attention_heads * spec.head_dim / 2  # layers, tokens, bf16, tp
+    for keep in (Keep.ALL, Keep.SELECTIVE):
+        sdpa, fa2 = (costs[k].buffer_bytes(Buffer("act", work, keep)) for k in ("torch_sdpa", "fa2"))
+        assert sdpa - fa2 == copy
+    assert (costs["torch_sdpa"].buffer_bytes(Buffer("ckpt", work))
+            == costs["fa2"].buffer_bytes(Buffer("ckpt", work)))
+
+
 def test_zero_shards_static_memory_and_limit_leaves_allocator_allowance():
     cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
 

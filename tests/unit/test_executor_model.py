@@ -327,3 +327,25 @@ def test_context_attention_is_bottom_right_causal_with_its_gradients(device, dty
     want = torch.autograd.grad(ref, (q, k, v), grad)
     assert rel_err([out.to(ref.dtype)], [ref]) < tol
     assert rel_err([g.to(ref.dtype) for g in got], [g.to(ref.dtype) for g in want]) < tol
+
+
+@pytest.mark.parametrize("slices", [((0, 0, 256),), ((0, 0, 160), (1, 0, 96))])
+def test_a_layer_keeps_what_the_memory_model_counts_for_the_sdpa_path(slices) -> None:
+    # the executor's layer, counted by the saved-tensor hooks memory.csv uses: ltsim.memory's
+    # activations plus the concatenated attention output the SDPA path keeps (table costs charge
+    # it for the torch_sdpa kernel), less nothing but two fp32 norm statistics and int64 positions
+    from ltsim.memory import activation_bytes_per_token, sdpa_output_copy_bytes_per_token
+    from ltsim.parallel import ParallelConfig
+    from ltsim.profiler.activations import saved_bytes
+
+    spec = get_model("llama-tiny")
+    model = Transformer(spec, layers=(1, 2), attention_backend="sdpa")
+    block = model.blocks[0]
+    gen = torch.Generator().manual_seed(0)
+    batch = pack_chunk(slices, {s: torch.randint(0, spec.vocab_size, (257,), generator=gen)
+                                for s in (0, 1)})
+    x = torch.randn(batch.num_tokens, spec.hidden_size, requires_grad=True)
+    kept = saved_bytes(lambda h: block(h, batch, None), x, list(block.parameters()))
+    per_token = (activation_bytes_per_token(spec, ParallelConfig(), num_layers=1, recompute="none")
+                 + sdpa_output_copy_bytes_per_token(spec, ParallelConfig()))
+    assert kept / batch.num_tokens - per_token == 2 * 4 + 8
