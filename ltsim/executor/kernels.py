@@ -28,7 +28,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-ROPE_THETA = 10000.0  # Llama-2's base (the same as model.py's)
+ROPE_THETA = 10000.0  # Llama-2's base; the executor compares schedules, not checkpoints
 
 
 class _RMSNorm(torch.autograd.Function):

@@ -30,7 +30,6 @@ from ltsim.errors import ConfigError
 from ltsim.executor import kernels
 from ltsim.model import ModelSpec
 
-ROPE_THETA = 10000.0  # Llama-2's base; the executor compares schedules, not checkpoints
 IGNORE_INDEX = -100  # target of a sequence's last token (nothing to predict)
 TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
                 "fp16": torch.float16}
@@ -152,17 +151,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBa
             out = kernels.context_attention(qi, ki, vi)
         outs.append(out[0].transpose(0, 1))
     return torch.cat(outs)
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE (HF Llama convention) of x (T, H, D) at absolute positions (T,)."""
-    dim = x.shape[-1]
-    inv_freq = ROPE_THETA ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
-    cos = torch.cat([angles.cos()] * 2, dim=-1).to(x.dtype)[:, None, :]
-    sin = torch.cat([angles.sin()] * 2, dim=-1).to(x.dtype)[:, None, :]
-    x1, x2 = x[..., :dim // 2], x[..., dim // 2:]
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 class RMSNorm(nn.Module):

@@ -31,9 +31,9 @@ import torch.nn.functional as F
 
 from ltsim.executor.kernels import CONTEXT_MASK, context_attention
 from ltsim.profiler.shapes import ShardShape
-from ltsim.profiles import SDPA_KERNEL
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
+from ltsim.profiles import SDPA_KERNEL
 
 PASSES = ("fwd", "bwd")
 KEY_FIELDS = ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "pass_")
