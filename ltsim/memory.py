@@ -217,6 +217,8 @@ def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, nu
       "none" / "selective": (replicated / sp + sharded / tp + kv / kv_split) / cp, where sp = tp
         with sequence parallelism (Korthikanti Table 2: 34sbh/t with SP, sbh(10 + 24/t) without);
       "full": the layer input, e*h / sp / cp (Table 2's 2sbh, sharded along the sequence by SP).
+    Ulysses (cp_kind "ulysses", cp > 1) keeps the attention output in both layouts
+    (``attention_output_copy_bytes_per_token``).
     ``tiled_mlp``: the MLP keeps only its input (ALST's TiledMLP re-runs each shard's forward in
     backward), so its intermediates (``mlp_activation_bytes_per_token``) are not kept.
     The embedding input and the logits are separate: ``embedding_bytes_per_token``,
@@ -228,6 +230,8 @@ def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, nu
     per_layer += kv / _kv_divisor(model, parallel)
     if tiled_mlp and recompute != "full":
         per_layer -= mlp_activation_bytes_per_token(model, parallel)
+    if parallel.cp > 1 and parallel.cp_kind == "ulysses" and recompute != "full":
+        per_layer += attention_output_copy_bytes_per_token(model, parallel)
     return num_layers * per_layer
 
 
@@ -238,13 +242,19 @@ def mlp_activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -
     return (3 if model.gated_mlp else 2) * e * f / parallel.tp / parallel.cp
 
 
-def sdpa_output_copy_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
-    """What one layer keeps per chunk token beyond ``layer_activation_parts`` when attention runs
-    as one torch SDPA call per slice (the executor's path, attention kernel ``torch_sdpa``): the
-    slices' outputs are concatenated (``torch.cat``, a copy even of one slice) and the output
-    projection keeps that copy beside the output SDPA keeps for its backward, e * heads *
-    head_dim / tp per token (counted on CPU: validation/executor/cpu_notes.md). FlashAttention's
-    varlen call writes the packed output once, the one tensor ``layer_activation_parts`` counts."""
+def attention_output_copy_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """A second copy of one layer's attention output, per chunk token: e * heads * head_dim / tp,
+    over cp. ``layer_activation_parts`` counts the output once (FlashAttention keeps it and the
+    output projection saves the same tensor). Two implementations keep it twice:
+    - Ulysses (``cp_kind = "ulysses"``, cp > 1; ``activation_bytes_per_token`` adds it): the
+      attention kernel keeps its head-parallel output for its backward, and the all-to-all back
+      to sequence parallel makes the tensor the output projection saves (DeepSpeed's
+      UlyssesSPAttentionHF, deepspeed/runtime/sequence_parallel/ulysses_sp.py, and its
+      DistributedAttention alike);
+    - the executor's SDPA path (attention kernel ``torch_sdpa``; costs/buffers.py adds it): one
+      SDPA call per slice, the outputs concatenated (``torch.cat`` copies even one slice) before
+      the output projection (counted on CPU: validation/executor/cpu_notes.md).
+    FlashAttention's varlen call without Ulysses writes the packed output once."""
     e = dtype_bytes(model.dtype)
     return e * model.num_attention_heads * model.head_dim / parallel.tp / parallel.cp
 

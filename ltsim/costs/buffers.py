@@ -27,7 +27,7 @@ def as_parallel(split: Split) -> ParallelConfig:
 class BufferCosts:
     """``sdpa_output_copy``: attention runs as the executor's per-slice SDPA, whose concatenated
     output is a second copy of the attention output in a layer's activations
-    (memory.sdpa_output_copy_bytes_per_token)."""
+    (memory.attention_output_copy_bytes_per_token)."""
 
     def __init__(self, model: ModelSpec, *, sdpa_output_copy: bool = False) -> None:
         self.model, self.sdpa_output_copy = model, sdpa_output_copy
@@ -59,7 +59,7 @@ class BufferCosts:
                                                    recompute=_RECOMPUTE.get(keep, "none"),
                                                    tiled_mlp=tiling.mlp)
             if self.sdpa_output_copy and layers and keep in (Keep.ALL, Keep.SELECTIVE):
-                value += layers * mem.sdpa_output_copy_bytes_per_token(m, par)
+                value += layers * mem.attention_output_copy_bytes_per_token(m, par)
             if embed:
                 value += mem.embedding_bytes_per_token(m, par)
             if head:

@@ -334,7 +334,7 @@ def test_a_layer_keeps_what_the_memory_model_counts_for_the_sdpa_path(slices) ->
     # the executor's layer, counted by the saved-tensor hooks memory.csv uses: ltsim.memory's
     # activations plus the concatenated attention output the SDPA path keeps (table costs charge
     # it for the torch_sdpa kernel), less nothing but two fp32 norm statistics and int64 positions
-    from ltsim.memory import activation_bytes_per_token, sdpa_output_copy_bytes_per_token
+    from ltsim.memory import activation_bytes_per_token, attention_output_copy_bytes_per_token
     from ltsim.parallel import ParallelConfig
     from ltsim.profiler.activations import saved_bytes
 
@@ -347,5 +347,5 @@ def test_a_layer_keeps_what_the_memory_model_counts_for_the_sdpa_path(slices) ->
     x = torch.randn(batch.num_tokens, spec.hidden_size, requires_grad=True)
     kept = saved_bytes(lambda h: block(h, batch, None), x, list(block.parameters()))
     per_token = (activation_bytes_per_token(spec, ParallelConfig(), num_layers=1, recompute="none")
-                 + sdpa_output_copy_bytes_per_token(spec, ParallelConfig()))
+                 + attention_output_copy_bytes_per_token(spec, ParallelConfig()))
     assert kept / batch.num_tokens - per_token == 2 * 4 + 8

@@ -9,7 +9,8 @@ import pytest
 
 from ltsim.errors import ConfigError
 from ltsim.memory import (ALLOCATOR_OVERHEAD, NO_ALLOCATOR_OVERHEAD, AllocatorOverhead,
-                          activation_bytes_per_token, attention_scores_bytes_per_token,
+                          activation_bytes_per_token, attention_output_copy_bytes_per_token,
+                          attention_scores_bytes_per_token,
                           embedding_bytes_per_token, kv_grad_bytes_per_token,
                           kv_state_bytes_per_token, layer_activation_parts,
                           layer_parameters_per_gpu, logits_bytes_per_token,
@@ -258,7 +259,13 @@ def test_activation_linear_in_layers_and_decreasing_in_tp_and_cp(recompute: str)
     for kind in ("ring", "ulysses"):
         by_cp = [activation_bytes_per_token(m, ParallelConfig(cp=c, cp_kind=kind), num_layers=1,
                                             recompute=recompute) for c in (1, 2, 4, 8)]
-        assert by_cp == pytest.approx([one / c for c in (1, 2, 4, 8)])
+        # Ulysses keeps the attention output in both layouts (head- and sequence-parallel)
+        both = kind == "ulysses" and recompute != "full"
+        copy = [attention_output_copy_bytes_per_token(m, ParallelConfig(cp=c)) if both and c > 1
+                else 0.0 for c in (1, 2, 4, 8)]
+        assert by_cp == pytest.approx([one / c + x for c, x in zip((1, 2, 4, 8), copy)])
+        if both:
+            assert copy[1] == 2 * m.num_attention_heads * m.head_dim / 2  # bf16, cp 2
 
 
 def test_kv_state_and_grad_match_infinipipe() -> None:
