@@ -117,6 +117,13 @@ class StateStore:
         for entry in self._produced.pop(chunk, ()):
             self._entries[(entry.seq, entry.layer)].remove(entry)
 
+    def tensors(self):
+        """Every entry's K and V and their accumulated gradients (None until a backward), whether
+        or not its chunk still has a graph: the state a later chunk reads stays held."""
+        for entries in self._entries.values():
+            for e in entries:
+                yield from (e.k, e.v, e.k.grad, e.v.grad)
+
     @property
     def nbytes(self) -> int:
         """Bytes held: K/V values plus accumulated dK/dV (values shared with a kept graph count)."""

@@ -368,11 +368,11 @@ class DeviceRun:
         if not it.state_is_static:  # Adam creates its moments at the first step
             for state in self.optimizer.state.values():
                 yield from (t for t in state.values() if isinstance(t, torch.Tensor))
-        for chunk, handle in it.handles.items():
+        for handle in it.handles.values():
             yield handle.input
             yield handle.output
-            for entry in it.store.produced(chunk):
-                yield from (entry.k, entry.v, entry.k.grad, entry.v.grad)
+        # all K/V state, also of chunks forwarded without a graph (SeCO's and SpaCO's first pass)
+        yield from it.store.tensors()
         yield from it.outbox.values()
         yield from it.hidden.values()
         yield from it.grad.values()
