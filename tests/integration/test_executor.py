@@ -165,14 +165,10 @@ def test_alst_per_layer_ops_and_checkpoint_offload_match_single_process(referenc
                                                           else (0,))
 
 
-def test_alst_offload_memory_effect_as_predicted(tmp_path):
-    """ltsim validate on CPU: offloading the layer checkpoints lowers the device peak by what the
-    memory model says, and host memory holds exactly the checkpoints."""
-    from ltsim.scenario import load_scenario
-    from ltsim.validate import validate_scenario
-
-    path = tmp_path / "alst.toml"
-    path.write_text('''name = "cpu-alst"
+def _one_cpu_scenario(tmp_path, length: int, strategy: str, recompute: str = "selective"):
+    """A scenario file: llama-tiny on one CPU process, one sequence of ``length`` tokens."""
+    path = tmp_path / "scenario.toml"
+    path.write_text(f'''name = "cpu-one-sequence"
 [model]
 preset = "llama-tiny"
 [hardware]
@@ -180,17 +176,27 @@ preset = "cpu"
 gpus_per_node = 1
 [parallel]
 zero_stage = 0
-recompute = "full"
+recompute = "{recompute}"
 [workload]
-lengths = [512]
+lengths = [{length}]
 num_batches = 1
 [strategy]
-name = "alst"
+{strategy}
+''')
+    return path
+
+
+def test_alst_offload_memory_effect_as_predicted(tmp_path):
+    """ltsim validate on CPU: offloading the layer checkpoints lowers the device peak by what the
+    memory model says, and host memory holds exactly the checkpoints."""
+    from ltsim.scenario import load_scenario
+    from ltsim.validate import validate_scenario
+
+    path = _one_cpu_scenario(tmp_path, 512, '''name = "alst"
 ulysses = false
 tiled_mlp = false
 tiled_loss = false
-offload_optimizer = false
-''')
+offload_optimizer = false''', recompute="full")
     rows = {}
     for offload in (True, False):
         scenario = load_scenario(path, [f"strategy.offload_checkpoints={str(offload).lower()}"])
@@ -214,23 +220,9 @@ def test_spaco_state_of_chunks_without_a_graph_counts_in_the_measured_peak(tmp_p
     from ltsim.scenario import load_scenario
     from ltsim.validate import validate_scenario
 
-    path = tmp_path / "spaco.toml"
-    path.write_text('''name = "cpu-spaco"
-[model]
-preset = "llama-tiny"
-[hardware]
-preset = "cpu"
-gpus_per_node = 1
-[parallel]
-zero_stage = 0
-[workload]
-lengths = [1024]
-num_batches = 1
-[strategy]
-name = "spaco"
+    path = _one_cpu_scenario(tmp_path, 1024, '''name = "spaco"
 chunk_size = 128
-budget = 2
-''')
+budget = 2''')
     validation = validate_scenario(load_scenario(path), warmup=1, repeats=1)
     peak = {r.metric: r for r in validation.rows}["peak memory device 0"]
     assert abs(peak.rel_error) < 0.02, (peak.predicted, peak.measured)
