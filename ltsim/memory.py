@@ -248,9 +248,8 @@ def attention_output_copy_bytes_per_token(model: ModelSpec, parallel: ParallelCo
     output projection saves the same tensor). Two implementations keep it twice:
     - Ulysses (``cp_kind = "ulysses"``, cp > 1; ``activation_bytes_per_token`` adds it): the
       attention kernel keeps its head-parallel output for its backward, and the all-to-all back
-      to sequence parallel makes the tensor the output projection saves (DeepSpeed's
-      UlyssesSPAttentionHF, deepspeed/runtime/sequence_parallel/ulysses_sp.py, and its
-      DistributedAttention alike);
+      to sequence parallel makes the tensor the output projection saves (read in DeepSpeed's
+      UlyssesSPAttentionHF, deepspeed/runtime/sequence_parallel/ulysses_sp.py);
     - the executor's SDPA path (attention kernel ``torch_sdpa``; costs/buffers.py adds it): one
       SDPA call per slice, the outputs concatenated (``torch.cat`` copies even one slice) before
       the output projection (counted on CPU: validation/executor/cpu_notes.md).
