@@ -210,15 +210,17 @@ def layer_activation_parts(model: ModelSpec, recompute: str) -> tuple[float, flo
 
 
 def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, num_layers: int,
-                               recompute: str, tiled_mlp: bool = False) -> float:
+                               recompute: str, tiled_mlp: bool = False,
+                               sdpa_output_copy: bool = False) -> float:
     """Bytes per chunk token kept from forward to backward for ``num_layers`` layers on one GPU.
 
     Per layer (see ``layer_activation_parts``), with FlashAttention:
       "none" / "selective": (replicated / sp + sharded / tp + kv / kv_split) / cp, where sp = tp
         with sequence parallelism (Korthikanti Table 2: 34sbh/t with SP, sbh(10 + 24/t) without);
       "full": the layer input, e*h / sp / cp (Table 2's 2sbh, sharded along the sequence by SP).
-    Ulysses (cp_kind "ulysses", cp > 1) keeps the attention output in both layouts
-    (``attention_output_copy_bytes_per_token``).
+    Ulysses (cp_kind "ulysses", cp > 1) keeps the attention output in both layouts, and
+    ``sdpa_output_copy`` (the executor's per-slice SDPA) keeps a concatenated copy of it: each adds
+    ``attention_output_copy_bytes_per_token`` unless recompute is "full".
     ``tiled_mlp``: the MLP keeps only its input (ALST's TiledMLP re-runs each shard's forward in
     backward), so its intermediates (``mlp_activation_bytes_per_token``) are not kept.
     The embedding input and the logits are separate: ``embedding_bytes_per_token``,
@@ -230,8 +232,9 @@ def activation_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *, nu
     per_layer += kv / _kv_divisor(model, parallel)
     if tiled_mlp and recompute != "full":
         per_layer -= mlp_activation_bytes_per_token(model, parallel)
-    if parallel.cp > 1 and parallel.cp_kind == "ulysses" and recompute != "full":
-        per_layer += attention_output_copy_bytes_per_token(model, parallel)
+    if recompute != "full":
+        copies = (parallel.cp > 1 and parallel.cp_kind == "ulysses") + sdpa_output_copy
+        per_layer += copies * attention_output_copy_bytes_per_token(model, parallel)
     return num_layers * per_layer
 
 
@@ -246,14 +249,15 @@ def attention_output_copy_bytes_per_token(model: ModelSpec, parallel: ParallelCo
     """A second copy of one layer's attention output, per chunk token: e * heads * head_dim / tp,
     over cp. ``layer_activation_parts`` counts the output once (FlashAttention keeps it and the
     output projection saves the same tensor). Two implementations keep it twice:
-    - Ulysses (``cp_kind = "ulysses"``, cp > 1; ``activation_bytes_per_token`` adds it): the
+    - Ulysses (``cp_kind = "ulysses"``, cp > 1): the
       attention kernel keeps its head-parallel output for its backward, and the all-to-all back
       to sequence parallel makes the tensor the output projection saves (read in DeepSpeed's
       UlyssesSPAttentionHF, deepspeed/runtime/sequence_parallel/ulysses_sp.py);
-    - the executor's SDPA path (attention kernel ``torch_sdpa``; costs/buffers.py adds it): one
+    - the executor's SDPA path (attention kernel ``torch_sdpa``, costs/buffers.py): one
       SDPA call per slice, the outputs concatenated (``torch.cat`` copies even one slice) before
       the output projection (counted on CPU: validation/executor/cpu_notes.md).
-    FlashAttention's varlen call without Ulysses writes the packed output once."""
+    FlashAttention's varlen call without Ulysses writes the packed output once.
+    ``activation_bytes_per_token`` adds it for each."""
     e = dtype_bytes(model.dtype)
     return e * model.num_attention_heads * model.head_dim / parallel.tp / parallel.cp
 

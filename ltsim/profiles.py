@@ -51,13 +51,14 @@ from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, Profi
                                  write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "POSITIVE_COLUMNS", "PROFILES_DIR", "REQUIRED_TABLES",
-           "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles", "check_table",
-           "SDPA_KERNEL", "load_profile", "read_meta", "read_rows", "read_table", "resolve_profile", "write_meta",
-           "write_table"]
+           "SDPA_KERNEL", "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles",
+           "check_table", "load_profile", "read_meta", "read_rows", "read_table", "resolve_profile",
+           "write_meta", "write_table"]
 
 
 # attention.csv's kernel for the executor's SDPA path: one torch SDPA call per slice of a packed
-# chunk, the outputs concatenated (ltsim/executor/model.py); memory.py counts that concatenation
+# chunk, the outputs concatenated (ltsim/executor/model.py), which the memory model counts
+# (memory.activation_bytes_per_token's sdpa_output_copy)
 SDPA_KERNEL = "torch_sdpa"
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")

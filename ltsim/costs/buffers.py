@@ -57,9 +57,8 @@ class BufferCosts:
         if kind == "act":
             value = mem.activation_bytes_per_token(m, par, num_layers=layers,
                                                    recompute=_RECOMPUTE.get(keep, "none"),
-                                                   tiled_mlp=tiling.mlp)
-            if self.sdpa_output_copy and layers and keep in (Keep.ALL, Keep.SELECTIVE):
-                value += layers * mem.attention_output_copy_bytes_per_token(m, par)
+                                                   tiled_mlp=tiling.mlp,
+                                                   sdpa_output_copy=self.sdpa_output_copy)
             if embed:
                 value += mem.embedding_bytes_per_token(m, par)
             if head:

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 ROPE_THETA = 10000.0  # Llama-2's base; the executor compares schedules, not checkpoints
+RMS_EPS = 1e-6  # RMSNorm's epsilon (Llama's)
 
 
 class _RMSNorm(torch.autograd.Function):

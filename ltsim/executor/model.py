@@ -154,7 +154,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBa
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = kernels.RMS_EPS) -> None:
         super().__init__()
         self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
 

@@ -63,7 +63,7 @@ def make_layer(shard: ShardShape, recompute: str, dtype: torch.dtype, device: to
 
     def norm(x: torch.Tensor, name: str) -> torch.Tensor:
         if llama:
-            return kernels.rms_norm(x, w[name], 1e-6)
+            return kernels.rms_norm(x, w[name], kernels.RMS_EPS)
         return F.layer_norm(x, (h,), w[name], w[f"{name}_b"])
 
     def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,6 @@ from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
-RMS_EPS = 1e-6  # the executor's RMSNorm default (model.RMSNorm)
 KEY_FIELDS = ("op", "num_tokens", "hidden", "head_dim", "dtype", "pass_")
 PASSES = ("fwd", "bwd")
 
@@ -65,7 +64,7 @@ def _op_inputs(p: dict[str, Any], dtype: torch.dtype, device: torch.device
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
     if op == "rmsnorm":
-        return (lambda x, w: kernels.rms_norm(x, w, RMS_EPS),
+        return (lambda x, w: kernels.rms_norm(x, w, kernels.RMS_EPS),
                 (randn(tokens, hidden), torch.ones(hidden, device=device, dtype=dtype)))
     if op == "layernorm":
         return (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
