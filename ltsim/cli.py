@@ -183,7 +183,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     _check_output("--trace", args.trace)
     _check_output("--plot", args.plot)
-    sim = run(scenario)
+    sim = run(scenario, keep=bool(args.trace or args.plot))
     result = sim.result.to_dict()
     if args.trace:
         _written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))

@@ -121,6 +121,7 @@ def torch_pipelining(plan: Plan, *, replica: int = 0) -> PipelineSchedule:
 
     Raises ConfigError (key ``--format``) for a plan that format cannot express.
     """
+    plan = plan.expand()  # a mirrored replica (ltsim/mirrors.py) has its own ops written out
     devices = [d for d in plan.devices if d.replica == replica]
     num_replicas = 1 + max(d.replica for d in plan.devices)
     if not devices:

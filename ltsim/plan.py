@@ -33,8 +33,8 @@ from ltsim.errors import PlanError
 from ltsim.work import NO_TILING, Buffer, Chunk, Comm, Keep, Slice, Split, Tiling, Work
 
 __all__ = ["BUSY_KINDS", "KINDS", "NO_TILING", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
-           "Comm", "Device", "KindInfo", "Keep", "Op", "OpKey", "OpKind", "Plan", "Program", "Slice",
-           "Split", "Tiling", "Work", "make_op", "op_key", "parse_token"]
+           "Comm", "Device", "KindInfo", "Keep", "Mirror", "Op", "OpKey", "OpKind", "Plan", "Program",
+           "Slice", "Split", "Tiling", "Work", "make_op", "op_key", "parse_token"]
 
 
 class OpKind(str, Enum):
@@ -227,6 +227,24 @@ class Device:
         return self.layers[1] - self.layers[0]
 
 
+class Mirror(NamedTuple):
+    """A DP replica that runs exactly what an earlier one runs (issue 13): chunks of the same token
+    layout in the same order, so the same programs with devices, chunks, sequences and GPU ranks
+    renumbered. A plan holds the programs of the ``source`` replica only: the engine replays them
+    once and reports them for both, and :meth:`Plan.expand` writes the copies out.
+
+    ``devices`` and ``chunks``: (source, copy) pairs; ``gpus``: the source replica's GPU ranks as
+    (first, last) per device; ``gpu_shift``: what a copy adds to such a rank (Megatron-LM's rank
+    order puts a replica's GPUs at a fixed offset from another's)."""
+
+    replica: int
+    source: int
+    devices: tuple[tuple[int, int], ...]
+    chunks: tuple[tuple[int, int], ...]
+    gpus: tuple[tuple[int, int], ...]
+    gpu_shift: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """All programs of one global batch, plus the chunks, the devices and the strategy's choices.
@@ -235,6 +253,8 @@ class Plan:
     sampled subset). ``grad_scales``: (chunk, loss scale, K/V-gradient scale) for chunks whose
     gradients are rescaled (SpaCO's compensation): the chunk's loss is multiplied by the first, and
     the dK/dV it received from later chunks by the second before it back-propagates them.
+    ``mirrors``: DP replicas that repeat another's programs, which ``programs`` then leaves out
+    (:class:`Mirror`; :meth:`expand` gives the plan with every program written out).
     """
 
     strategy: str
@@ -245,6 +265,7 @@ class Plan:
     devices: tuple[Device, ...]
     grad_chunks: frozenset[int] | None = None
     grad_scales: tuple[tuple[int, float, float], ...] = ()
+    mirrors: tuple[Mirror, ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -266,6 +287,14 @@ class Plan:
     @property
     def num_tokens(self) -> int:
         return sum(self.seq_lengths)
+
+    def expand(self) -> "Plan":
+        """This plan with the programs of its mirrored replicas written out (itself when none)."""
+        if not self.mirrors:
+            return self
+        from ltsim.mirrors import expand_plan  # kept apart so this module stays small
+
+        return expand_plan(self)
 
     def gets_grad(self, chunk: int) -> bool:
         return self.grad_chunks is None or chunk in self.grad_chunks

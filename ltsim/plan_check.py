@@ -3,7 +3,7 @@ acyclicity, memory pairing."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from ltsim.plan import KINDS, OpKind, Plan
 
@@ -12,7 +12,8 @@ _COVERED_PARTS = ("", "dense")  # an "attn" part op repeats its main op's slices
 
 def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] | None:
     """The first problem found as (message, key of the offending op), or None when the plan is valid."""
-    rules = (_check_placement, _check_coverage, _check_deps, _check_acyclic, _check_buffers)
+    rules = (_check_placement, _check_mirrors, _check_coverage, _check_deps, _check_acyclic,
+             _check_buffers)
     for rule in rules if check_cycles else tuple(r for r in rules if r is not _check_acyclic):
         problem = rule(plan)
         if problem is not None:
@@ -47,10 +48,40 @@ def _check_placement(plan: Plan):
     return None
 
 
+def _check_mirrors(plan: Plan):
+    """A mirrored replica (ltsim/mirrors.py) has no programs of its own, pairs each device with a
+    source device of the same stage, and each chunk with a source chunk of the same token layout."""
+    if not plan.mirrors:
+        return None
+    live = {p.device for p in plan.programs}
+    chunks = {c.index: c for c in plan.chunks}
+    lengths = plan.seq_lengths
+    layouts: dict[int, list] = {}  # a source chunk's, computed once for all its copies
+
+    def layout(chunk: int) -> list:
+        return [(x.start, x.stop, lengths[x.seq]) for x in chunks[chunk].slices]
+
+    for mirror in plan.mirrors:
+        where = f"mirror of replica {mirror.source} as replica {mirror.replica}"
+        for src, dst in mirror.devices:
+            a, b = plan.devices[src], plan.devices[dst]
+            if dst in live or a.stage != b.stage or (a.replica, b.replica) != (mirror.source,
+                                                                               mirror.replica):
+                return f"{where}: device {dst} cannot repeat device {src}", None
+        for src, dst in mirror.chunks:
+            source = layouts.get(src)
+            if source is None:
+                source = layouts[src] = layout(src)
+            if layout(dst) != source:
+                return f"{where}: chunk {dst} does not have chunk {src}'s token layout", None
+    return None
+
+
 def _check_coverage(plan: Plan):
     """Every chunk is forwarded once per stage and, if it gets gradients, backwarded once: the ops'
     token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
-    the chunk's tokens times the stage's layers. Chunks without gradients get no backward."""
+    the chunk's tokens times the stage's layers. Chunks without gradients get no backward. A
+    mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
     covered: dict = {}
     first_key: dict = {}
     cp_width = {d.index: d.cp_width for d in plan.devices}
@@ -73,7 +104,10 @@ def _check_coverage(plan: Plan):
                     first_key[index] = op.key
     widths = [stop - first for first, stop in plan.stage_layers]  # once: a property over devices
     grad_chunks = plan.grad_chunks
+    mirrored = {copy for mirror in plan.mirrors for _, copy in mirror.chunks}  # _check_mirrors
     for chunk in plan.chunks:
+        if chunk.index in mirrored:
+            continue
         tokens = chunk.num_tokens
         grad = grad_chunks is None or chunk.index in grad_chunks
         for stage, width in enumerate(widths):
@@ -87,10 +121,12 @@ def _check_coverage(plan: Plan):
                     return (f"chunk {chunk.index} has {got:g} of {want} token-layers of "
                             f"{kind.value} on stage {stage} (each chunk needs {what})",
                             first_key.get(index))
-    seq_tokens: Counter = Counter()
+    seq_tokens = [0] * len(plan.seq_lengths)
     for chunk in plan.chunks:
         for piece in chunk.slices:
-            seq_tokens[piece.seq] += piece.num_tokens
+            if not 0 <= piece.seq < len(seq_tokens):
+                return f"chunk {chunk.index} holds sequence {piece.seq}, not in the batch", None
+            seq_tokens[piece.seq] += piece.stop - piece.start
     for seq, length in enumerate(plan.seq_lengths):
         if seq_tokens[seq] != length:
             return f"sequence {seq} has {length} tokens but its slices cover {seq_tokens[seq]}", None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ltsim.costs import CostModel, UnitCostModel
 from ltsim.gcpause import paused
+from ltsim.mirrors import expand_trace
 from ltsim.plan import Plan
 from ltsim.scenario import Scenario
 from ltsim.sim.engine import Engine
@@ -34,13 +35,15 @@ def make_cost_model(scenario: Scenario) -> CostModel:
 
 
 def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None) -> Simulation:
-    """Simulate every sampled global batch; keep plans and traces when ``keep``."""
+    """Simulate every sampled global batch; keep plans and traces when ``keep``, with every
+    mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once)."""
     cost = cost or make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
     ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
+    chosen = dict(scenario.strategy_options)  # the options as the first plan states them
     workload = scenario.workload
     if strategy.batching is not None:
         workload = workload.with_batching(strategy.batching)
@@ -51,11 +54,13 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
             flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
                         for chunk in plan.chunks)
             metrics.append(batch_metrics(plan, trace, flops))
+        if len(metrics) == 1:
+            chosen = dict(plan.options)
         if keep:
-            plans.append(plan)
-            traces.append(trace)
+            plans.append(plan.expand())
+            traces.append(expand_trace(trace, plan))
     result = Result(scenario=scenario.name, strategy=strategy.name,
-                    strategy_options=dict(plans[0].options) if plans else dict(scenario.strategy_options),
+                    strategy_options=chosen,
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
                     host_memory_limit_bytes=cost.host_memory_limit_bytes,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
@@ -65,4 +70,4 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
 
 def simulate(scenario: Scenario) -> Result:
     """Predict iteration time, bubble ratio, peak memory and throughput for a scenario."""
-    return run(scenario).result
+    return run(scenario, keep=False).result

@@ -41,7 +41,9 @@ class Trace:
     ``memory`` holds (time_s, device, bytes) samples taken after every change; ``static_bytes`` the
     per-device level before the first op; ``host_memory`` the same for host memory (offloaded
     buffers), from ``host_static_bytes`` (an offloaded optimizer's state; 0 when empty). Memory
-    is per GPU of the device.
+    is per GPU of the device. ``mirror_of``: when the plan has mirrored DP replicas (ltsim/mirrors.py)
+    the trace holds the events and samples of the devices replayed, and this names, per device,
+    the replayed device whose timeline it repeats (empty: every device is in the trace).
     """
 
     events: tuple[Event, ...]
@@ -50,6 +52,7 @@ class Trace:
     host_memory: tuple[tuple[float, int, int], ...] = ()
     host_static_bytes: tuple[int, ...] = ()
     source: str = "simulated"  # or "measured"
+    mirror_of: tuple[int, ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -64,20 +67,26 @@ class Trace:
         for _, device, level in self.memory:
             if level > peaks[device]:
                 peaks[device] = level
-        return peaks
+        return self._mirrored(peaks)
 
     def peak_host_memory_bytes(self) -> list[int]:
         peaks = list(self.host_static_bytes) or [0] * self.num_devices
         for _, device, level in self.host_memory:
             if level > peaks[device]:
                 peaks[device] = level
-        return peaks
+        return self._mirrored(peaks)
 
     def final_memory_bytes(self) -> list[int]:
         final = list(self.static_bytes)
         for _, device, level in self.memory:
             final[device] = level
-        return final
+        return self._mirrored(final)
+
+    def _mirrored(self, per_device: list[int]) -> list[int]:
+        """Per-device values with each mirrored device given its replayed device's."""
+        if self.mirror_of:
+            return [per_device[source] for source in self.mirror_of]
+        return per_device
 
     def to_frame(self) -> "pd.DataFrame":
         import pandas as pd

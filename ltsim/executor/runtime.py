@@ -110,7 +110,9 @@ def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backe
     Raises ConfigError for bad arguments, PlanError for a plan the executor cannot run, and
     RuntimeError when a device process fails (its traceback in the message). The processes are
     spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard.
+    Mirrored DP replicas (ltsim/mirrors.py) run as their own processes, written out.
     """
+    plan = plan.expand()
     dtype_name = _dtype_name(dtype)
     _check_arguments(plan, spec, parallel, backend, device, warmup, repeats, optimizer)
     check_supported(plan)

@@ -15,12 +15,14 @@ clock and its dependencies' (known) end times, so a process yields to SimPy only
 an op whose times are not known yet (another stream has not reached it), or a collective
 partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
 time. Identical DP replicas (equal compiled programs) are replayed once and their times copied
-(ltsim/sim/replicas.py). Deterministic: times are maxima and sums of
-priced durations, independent of the order SimPy wakes processes in.
+(ltsim/sim/replicas.py); replicas the plan itself names as mirrors (ltsim/mirrors.py) are not in
+its programs at all, and the trace names which device each of them repeats. Deterministic:
+times are maxima and sums of priced durations, independent of the order SimPy wakes processes in.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from heapq import merge
 from operator import attrgetter
 from typing import Any
@@ -30,6 +32,7 @@ import simpy
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.gcpause import paused
+from ltsim.mirrors import device_sources, mirrored_gpus
 from ltsim.plan import Op, OpKind, Plan
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import Event, Trace
@@ -175,14 +178,44 @@ class Engine:
     def run(self, plan: Plan) -> Trace:
         with paused():  # many short-lived objects and no cycles (ltsim/gcpause.py)
             compiled = compile_plan(plan, self.cost)
+            if plan.mirrors and not mirrors_price_alike(compiled, self.cost):
+                return self.run(plan.expand())
             classes = replica_classes(plan, compiled)
             if classes is None:
-                return build_trace(compiled, *replay(compiled))
-            only = {p for members in classes for p in members[0]}  # one replica per class
-            start, finish, mem, host_mem = replay(compiled, only=only,
-                                                  barrier_sizes=barrier_sizes(compiled, only))
-            copy_replicas(compiled, classes, start, finish, mem, host_mem)
-            return build_trace(compiled, start, finish, mem, host_mem)
+                sizes = (barrier_sizes(compiled, set(range(len(compiled.programs))))
+                         if plan.mirrors else None)  # the mirrors' members do not arrive
+                trace = build_trace(compiled, *replay(compiled, barrier_sizes=sizes))
+            else:
+                only = {p for members in classes for p in members[0]}  # one replica per class
+                start, finish, mem, host_mem = replay(compiled, only=only,
+                                                      barrier_sizes=barrier_sizes(compiled, only))
+                copy_replicas(compiled, classes, start, finish, mem, host_mem)
+                trace = build_trace(compiled, start, finish, mem, host_mem)
+            if plan.mirrors:
+                trace = replace(trace, mirror_of=device_sources(plan))
+            return trace
+
+
+def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:
+    """Whether every comm of a mirrored replica costs what its source's does: on other GPUs a
+    send may cross a node boundary its source's does not. Checked once per distinct comm without
+    its payload (the cost model reads the GPUs only for the scope: comm_key)."""
+    seen = set()
+    mirrors = compiled.plan.mirrors
+    for op in compiled.ops:
+        comm = op.comm
+        if comm is None:
+            continue
+        shape = (comm.collective, comm.tensor, comm.group_size, comm.steps, comm.gpus)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        key = cost.comm_key(comm)
+        for mirror in mirrors:
+            gpus = mirrored_gpus(mirror, comm.gpus)
+            if gpus != comm.gpus and cost.comm_key(comm._replace(gpus=gpus)) != key:
+                return False
+    return True
 
 
 def replay(compiled: Compiled, *, only: set[int] | None = None,

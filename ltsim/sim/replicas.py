@@ -51,7 +51,8 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
                 members = None
                 if coll is not None:  # who it waits for: its own replica's members, by position
                     members = (len(coll[1]), tuple(sorted(
-                        device_position[d][1] for d in coll[1] if device_position[d][0] == replica)))
+                        device_position[d][1] for d in coll[1]
+                        if device_position.get(d, (None,))[0] == replica)))  # mirrors: absent
                 signature.append((dur, alloc, host_alloc, free, host_free,
                                   tuple(position[d] for d in deps),
                                   tuple(position[d] for d in start_deps), members))
@@ -67,7 +68,10 @@ def _all_distinct(plan: Plan, replicas) -> bool:
     distinct replicas, validation/perf/phases.py). False when unsure (chunks not marked by
     replica)."""
     layouts: dict[int, list] = {}
+    mirrored = {m.replica for m in plan.mirrors}  # not in the programs (ltsim/mirrors.py)
     for chunk in plan.chunks:
+        if chunk.replica in mirrored:
+            continue
         layouts.setdefault(chunk.replica, []).append(
             tuple((piece.start, piece.stop) for piece in chunk.slices))
     if layouts.keys() != set(replicas):

@@ -126,10 +126,17 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
-    orders: dict[int, list[Action]] = {}
+    replicas = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         mine, groups = construct_chunks(seq_ids, batch, options, len(chunks), replica)
         chunks += mine
+        replicas.append((mine, groups))
+    mirrors = layout.mirrors([mine for mine, _ in replicas], batch)  # not planned: they repeat one
+    mirrored = {m.replica for m in mirrors}
+    orders: dict[int, list[Action]] = {}
+    for replica, (mine, groups) in enumerate(replicas):
+        if replica in mirrored:
+            continue
         grouped = {c for g in groups for c in g}
         units = groups + [[c.index] for c in mine if c.index not in grouped]
         units.sort(key=lambda u: u[0])
@@ -146,4 +153,5 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
                 bwd += b_items
             orders[device] = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)
     return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
-                          chunks=tuple(chunks), devices=layout.devices(), orders=orders), layout)
+                          chunks=tuple(chunks), devices=layout.devices(), orders=orders,
+                          mirrors=mirrors), layout)

@@ -56,7 +56,7 @@ Pass = Callable[[Draft], Draft]
 def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     chunks = {c.index: c for c in schedule.chunks}
     programs = {}
-    for device in schedule.devices:
+    for device in schedule.live_devices:
         ops = []
         index, stage = device.index, device.stage
         works: dict = {}  # one Work per distinct value: F and B of a chunk share it
@@ -126,7 +126,7 @@ def add_p2p(draft: Draft) -> Draft:
     F, B = OpKind.F, OpKind.B
     SEND = {F: OpKind.SEND_F, B: OpKind.SEND_B}
     changes = {}
-    for device in devices:
+    for device in draft.schedule.live_devices:
         prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
         nxt = chain.get((device.replica, device.cp_rank, device.stage + 1))
         ops = draft.ops(device.index)
@@ -172,7 +172,7 @@ def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device,
 # -- ZeRO-3 ---------------------------------------------------------------------------------------
 def add_zero3_gathers(draft: Draft) -> Draft:
     changes = {}
-    for device in draft.schedule.devices:
+    for device in draft.schedule.live_devices:
         if device.zero_stage < 3 or device.num_shards <= 1:
             continue
         gpus = _shard_gpus(draft, device)
@@ -215,9 +215,8 @@ def _shard_gpus(draft: Draft, device: Device) -> tuple[int, int]:
 
 # -- CP -------------------------------------------------------------------------------------------
 def split_cp(draft: Draft) -> Draft:
-    devices = draft.schedule.devices
     changes = {}
-    for device in devices:
+    for device in draft.schedule.live_devices:
         compute, cp = [], list(draft.ops(device.index, "cp"))
         for op in draft.ops(device.index):
             split = op.work.split if op.work is not None else None
@@ -284,7 +283,7 @@ def add_dp_reduction(draft: Draft) -> Draft:
     for chunk in draft.schedule.chunks:
         chunks_of.setdefault(chunk.replica, []).append(chunk.index)
     changes = {}
-    for device in devices:
+    for device in draft.schedule.live_devices:  # groups span every replica, mirrored or not
         group = tuple(d.index for d in devices if d.stage == device.stage)
         compute = list(draft.ops(device.index))
         coll = list(draft.ops(device.index, "coll"))
@@ -393,7 +392,7 @@ def lower(schedule: Schedule, layout: Layout, passes: tuple[Pass, ...] = DEFAULT
     plan = Plan(strategy=schedule.strategy, options=schedule.options,
                 seq_lengths=schedule.seq_lengths, chunks=schedule.chunks, programs=programs,
                 devices=schedule.devices, grad_chunks=schedule.grad_chunks,
-                grad_scales=schedule.grad_scales)
+                grad_scales=schedule.grad_scales, mirrors=schedule.mirrors)
     # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
     # the grid); the conformance suite runs the full validate() on every registered strategy.
     return plan.validate(check_cycles=False)

@@ -52,14 +52,21 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
-    orders = {}
+    replicas: list[list[Chunk]] = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
-        mine = []
+        replicas.append([])
         for group in group_sequences(seq_ids, batch, options):
-            chunk = Chunk(len(chunks), tuple(Slice(s, 0, batch[s]) for s in group), replica)
+            chunk = Chunk(len(chunks), tuple([Slice(s, 0, batch[s]) for s in group]), replica)
             chunks.append(chunk)
-            mine.append(chunk.index)
-        for stage in range(ctx.parallel.pp):
-            orders[layout.device(replica, stage)] = one_f_one_b(mine, stage, ctx.parallel.pp, keep)
+            replicas[-1].append(chunk)
+    mirrors = layout.mirrors(replicas, batch)  # replicas that repeat another are not planned
+    mirrored = {m.replica for m in mirrors}
+    orders = {}
+    for replica, mine in enumerate(replicas):
+        if replica not in mirrored:
+            ids = [c.index for c in mine]
+            for stage in range(ctx.parallel.pp):
+                orders[layout.device(replica, stage)] = one_f_one_b(ids, stage, ctx.parallel.pp, keep)
     return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
-                          chunks=tuple(chunks), devices=layout.devices(), orders=orders), layout)
+                          chunks=tuple(chunks), devices=layout.devices(), orders=orders,
+                          mirrors=mirrors), layout)

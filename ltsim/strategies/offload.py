@@ -17,7 +17,7 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
 
     def run(draft: Draft) -> Draft:
         changes = {}
-        for device in draft.schedule.devices:
+        for device in draft.schedule.live_devices:
             compute = list(draft.ops(device.index))
             copies = list(draft.ops(device.index, "copy"))
             producers: dict = {}  # buffer -> index of the forward that allocates it

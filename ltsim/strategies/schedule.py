@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import NO_TILING, Chunk, Device, Keep, OpKey, OpKind, Slice, Split, Tiling, Work
+from ltsim.plan import NO_TILING, Chunk, Device, Keep, Mirror, OpKey, OpKind, Slice, Split, Tiling, Work
 
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
@@ -104,6 +104,15 @@ class Schedule:
     orders: dict[int, list[Action]]
     grad_chunks: frozenset[int] | None = None
     grad_scales: tuple[tuple[int, float, float], ...] = ()  # see Plan
+    mirrors: tuple[Mirror, ...] = ()  # see Plan: their devices have no orders
+
+    @property
+    def live_devices(self) -> tuple[Device, ...]:
+        """The devices the plan holds programs for: all but the mirrors' (ltsim/mirrors.py)."""
+        if not self.mirrors:
+            return self.devices
+        mirrored = {copy for mirror in self.mirrors for _, copy in mirror.devices}
+        return tuple(d for d in self.devices if d.index not in mirrored)
 
 
 def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
@@ -169,6 +178,32 @@ class Layout:
 
     def rank_device(self, replica: int, stage: int, rank: int) -> int:
         return (replica * self.parallel.pp + stage) * self.parallel.cp + rank
+
+    def mirrors(self, replicas: list[list[Chunk]], seq_lengths: tuple[int, ...]) -> tuple[Mirror, ...]:
+        """The replicas (``replicas[r]``: replica r's chunks, in order) whose chunks have the token
+        layout of an earlier replica's, in the same order, over sequence ids shifted by a constant
+        (a contiguous share of the batch): a strategy whose orders depend on nothing else plans
+        the first only (ltsim/mirrors.py)."""
+        sources: dict[tuple, int] = {}
+        out = []
+        par = self.parallel
+        width = par.tp * par.cp
+        for replica, chunks in enumerate(replicas):
+            first = chunks[0].slices[0].seq if chunks and chunks[0].slices else 0
+            signature = tuple([tuple([(s.seq - first, s.start, s.stop, seq_lengths[s.seq])
+                                      for s in chunk.slices]) for chunk in chunks])
+            source = sources.setdefault(signature, replica)
+            if source == replica:
+                continue
+            stages = range(par.pp)
+            out.append(Mirror(
+                replica=replica, source=source,
+                devices=tuple((self.device(source, st), self.device(replica, st)) for st in stages),
+                chunks=tuple((a.index, b.index) for a, b in zip(replicas[source], chunks)),
+                gpus=tuple((self.first_gpu(source, st), self.first_gpu(source, st) + width - 1)
+                           for st in stages),
+                gpu_shift=width * (replica - source)))
+        return tuple(out)
 
     def gpus_of(self, device: Device) -> tuple[int, int]:
         """Lowest and highest GPU rank of a device (its tp x cp group)."""

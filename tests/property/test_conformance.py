@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ltsim.mirrors import expand_trace
 from ltsim.plan import OpKind
 from ltsim.strategies import REGISTRY
 from tests.conftest import unit_ctx, unit_engine
@@ -80,7 +81,8 @@ def _cases():
 def test_strategy_conforms(name, options, p, dp, cp, lengths, recompute):
     strategy = REGISTRY[name]
     ctx = conformance_ctx(name, p, dp, cp, recompute)
-    plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
+    compact = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).validate()
+    plan = compact.expand().validate()  # mirrored replicas written out (ltsim/mirrors.py)
     covered = Counter()
     for op in plan.ops():
         if op.kind in (OpKind.F, OpKind.B) and op.part != "attn":
@@ -98,7 +100,7 @@ def test_strategy_conforms(name, options, p, dp, cp, lengths, recompute):
             seq_tokens[piece.seq] += piece.num_tokens
     assert [seq_tokens[i] for i in range(len(lengths))] == list(lengths)
 
-    trace = unit_engine().run(plan)
+    trace = expand_trace(unit_engine().run(compact), compact)
     end = {(e.device, e.token): e.end_s for e in trace.events}
     start = {(e.device, e.token): e.start_s for e in trace.events}
     assert len(end) == sum(len(prog.ops) for prog in plan.programs)

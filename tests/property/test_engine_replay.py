@@ -2,8 +2,9 @@
 
 - a plain list-scheduling recurrence over the same compiled plan (validation/perf/recurrence.py,
   the benchmark's reference): the same start and end for every op;
-- the replay of every DP replica (identical replicas not shared): the same trace, memory
-  included, when replicas are identical and the engine replays one per class.
+- the replay of every DP replica (identical replicas not shared, mirrored replicas written out):
+  the same trace, memory included, when replicas are identical and the engine replays one per
+  class, or the plan names them as mirrors of one (ltsim/mirrors.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ltsim.costs import UnitCostModel
+from ltsim.mirrors import expand_trace
 from ltsim.sim import engine, replicas
 from ltsim.strategies import REGISTRY
 from tests.property.test_conformance import SMALL_OPTIONS, conformance_ctx
@@ -44,7 +46,7 @@ def _cases():
        recompute=st.sampled_from(["none", "selective", "full"]))
 def test_replay_times_every_op_as_the_plain_recurrence(name, options, pp, dp, cp, lengths,
                                                        recompute):
-    compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, recompute),
+    compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, recompute).expand(),
                                    UnitCostModel())
     start, finish, _, _ = engine.replay(compiled)
     recurrence.check(compiled, start, finish)
@@ -59,20 +61,21 @@ def test_identical_replicas_replayed_once_give_the_full_trace(name, options, pp,
                                                               copies, recompute):
     plan = _plan(name, options, pp, dp, cp, base * copies, recompute)
     cost = UnitCostModel()
-    compiled = engine.compile_plan(plan, cost)
+    compiled = engine.compile_plan(plan.expand(), cost)
     full = engine.build_trace(compiled, *engine.replay(compiled))
-    shared = engine.Engine(cost).run(plan)
+    shared = expand_trace(engine.Engine(cost).run(plan), plan)
     assert shared.events == full.events
     assert shared.memory == full.memory and shared.host_memory == full.host_memory
 
 
 def test_equal_replicas_are_found_and_replayed_once():
-    """Megatron, dp 4 over 8 equal sequences: one class of four replicas, one replayed."""
-    plan = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective")
+    """Megatron, dp 4 over 8 equal sequences, written out (the strategy names them as mirrors of
+    one, ltsim/mirrors.py): one class of four replicas, one replayed."""
+    plan = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective").expand()
     compiled = engine.compile_plan(plan, UnitCostModel())
     classes = replicas.replica_classes(plan, compiled)
     assert classes is not None and len(classes) == 1 and len(classes[0]) == 4
-    distinct = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 7 + [65], "selective")
+    distinct = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 7 + [65], "selective").expand()
     classes = replicas.replica_classes(distinct, engine.compile_plan(distinct, UnitCostModel()))
     assert classes is not None and sorted(len(c) for c in classes) == [1, 3]
 
@@ -83,5 +86,5 @@ def test_replicas_with_distinct_chunk_layouts_skip_the_op_by_op_comparison():
     assert replicas._all_distinct(plan, {d.replica for d in plan.devices})
     compiled = engine.compile_plan(plan, UnitCostModel())
     assert replicas.replica_classes(plan, compiled) is None
-    equal = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective")
+    equal = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective").expand()
     assert not replicas._all_distinct(equal, {d.replica for d in equal.devices})

@@ -114,10 +114,13 @@ def _simulate(path: Path, sets: list[str], repeats: int) -> float:
 def scale_cases(repeats: int) -> None:
     print("| case | ops | build (s) | engine (s) | total (s) |")
     print("|---|---:|---:|---:|---:|")
+    totals = {}
     for dp in (1, 32):
-        row = case("megatron-1f1b", (1,) * (256 * dp), 8, dp, {}, 1 if dp > 1 else repeats)
+        row = case("megatron-1f1b", (1,) * (256 * dp), 8, dp, {}, repeats)
+        totals[dp] = row["total"]
         print(f"| megatron-1f1b, 256 equal micro-batches per replica, pp 8, dp {dp} | {row['ops']} | "
               f"{row['build']:.3f} | {row['engine']:.3f} | {row['total']:.3f} |")
+    print(f"| dp 32 / dp 1 | | | | {totals[32] / totals[1]:.2f}x |")
     sets = ["hardware.num_nodes=128", "parallel.tp=4", "parallel.pp=8",
             "workload.global_batch_size=4096", "workload.num_batches=1"]
     quickstart = ROOT / "scenarios" / "quickstart.toml"

@@ -1,0 +1,67 @@
+"""Every bundled scenario's Result, one batch each, for a before/after check of a speed change (issue
+13: "simulation results identical to before"). Not a test.
+
+    python validation/perf/same_results.py OUT.json                 # in each checkout
+    python validation/perf/same_results.py --compare BEFORE.json AFTER.json
+
+It runs against the ltsim of the checkout it sits in (as bench_engine.py). The comparison ignores
+``planner_s`` (the planners' own wall time) and prints every other field that differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def results(out: Path) -> None:
+    from ltsim.errors import LtsimError
+    from ltsim.runner import simulate
+    from ltsim.scenario import load_scenario
+
+    found = {}
+    for path in sorted((ROOT / "scenarios").rglob("*.toml")):
+        name = str(path.relative_to(ROOT))
+        try:
+            result = simulate(load_scenario(path, ["workload.num_batches=1"])).to_dict()
+        except LtsimError as error:
+            found[name] = f"{type(error).__name__}: {error}"
+            continue
+        result.get("strategy_options", {}).pop("planner_s", None)
+        found[name] = result
+    out.write_text(json.dumps(found, indent=1, sort_keys=True, default=str))
+    print(f"{len(found)} scenarios -> {out}")
+
+
+def compare(before: Path, after: Path) -> None:
+    a, b = json.loads(before.read_text()), json.loads(after.read_text())
+    same = 0
+    for name in sorted(a.keys() | b.keys()):
+        x, y = a.get(name), b.get(name)
+        if x == y:
+            same += 1
+        elif isinstance(x, dict) and isinstance(y, dict):
+            print(name, {k: (x.get(k), y.get(k)) for k in x.keys() | y.keys() if x.get(k) != y.get(k)})
+        else:
+            print(name, x, "->", y)
+    print(f"identical: {same} of {len(a.keys() | b.keys())}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("paths", nargs="+", type=Path)
+    parser.add_argument("--compare", action="store_true")
+    args = parser.parse_args()
+    if args.compare:
+        compare(*args.paths[:2])
+    else:
+        results(args.paths[0])
+
+
+if __name__ == "__main__":
+    main()
