@@ -103,20 +103,28 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: s
     limit = bucket_tokens(ctx, layout, options.bucket_size) * ctx.parallel.cp
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
-    orders: dict[int, list[Action]] = {}
+    replicas: list[list[Chunk]] = []
     size = options.micro_batch_size
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
-        actions: list[Action] = []
         groups = ([seq_ids[i:i + size] for i in range(0, len(seq_ids), size)] if size else
                   pack_in_order(seq_ids, batch, limit))
+        replicas.append([])
         for group in groups:
             chunk = Chunk(len(chunks), tuple(Slice(s, 0, batch[s]) for s in group), replica)
             chunks.append(chunk)
-            forward, backward = kept_actions(chunk.index, keep)
-            actions += forward + backward
-        orders[layout.device(replica, 0)] = actions
+            replicas[-1].append(chunk)
+    mirrors = layout.mirrors(replicas, batch)  # replicas that repeat another are not planned
+    mirrored = {m.replica for m in mirrors}
+    orders: dict[int, list[Action]] = {}
+    for replica, mine in enumerate(replicas):
+        if replica not in mirrored:
+            actions: list[Action] = []
+            for chunk in mine:
+                forward, backward = kept_actions(chunk.index, keep)
+                actions += forward + backward
+            orders[layout.device(replica, 0)] = actions
     return Schedule(strategy=name, options=asdict(options), seq_lengths=tuple(batch),
-                    chunks=tuple(chunks), devices=layout.devices(), orders=orders)
+                    chunks=tuple(chunks), devices=layout.devices(), orders=orders, mirrors=mirrors)
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:

@@ -25,13 +25,17 @@ from ltsim.strategies.schedule import Layout
 CASES = [("megatron-1f1b", {}, 4, 4, 1, "selective"),
          ("megatron-1f1b", {"micro_batch_size": 2}, 2, 3, 2, "full"),
          ("chunkflow", {"chunk_size": 16, "k": 2}, 3, 2, 1, "selective"),
-         ("chunkflow", {"chunk_size": 8, "k": 1}, 2, 4, 2, "none")]
+         ("chunkflow", {"chunk_size": 8, "k": 1}, 2, 4, 2, "none"),
+         ("deepspeed-cp", {"bucket_size": 40}, 1, 3, 2, "selective"),  # ZeRO-2: a reduction per step
+         ("sorted-batching", {"bucket_size": 64}, 1, 2, 4, "full")]
 BASE = (40, 7, 23, 16, 3)
 
 
 def _ctx(pp, dp, cp, recompute, cost=None):
+    """DeepSpeed's strategies (pp 1) run ZeRO-2, as in the conformance suite."""
     return PlanContext(model=get_model("qwen2.5-7b"), cost=cost or UnitCostModel(),
-                       parallel=ParallelConfig(pp=pp, dp=dp, cp=cp, recompute=recompute))
+                       parallel=ParallelConfig(pp=pp, dp=dp, cp=cp, recompute=recompute,
+                                               zero_stage=2 if pp == 1 else 1))
 
 
 def _both(monkeypatch, name, options, lengths, ctx):
