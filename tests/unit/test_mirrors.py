@@ -133,3 +133,16 @@ def test_a_mirror_whose_sends_cross_other_node_boundaries_is_replayed_written_ou
     trace = engine.run(compact)
     assert bool(trace.mirror_of) == shared
     assert expand_trace(trace, compact).events == engine.run(full).events
+
+
+@pytest.mark.parametrize("name,options,pp", [("megatron-1f1b", {}, 2),
+                                             ("chunkflow", {"chunk_size": 16, "k": 1}, 2),
+                                             ("deepspeed-cp", {"bucket_size": 40}, 1)])
+def test_replicas_without_sequences_mirror_each_other(monkeypatch, name, options, pp):
+    """dp 4 over two sequences: replicas 2 and 3 get none (they still reduce gradients)."""
+    ctx = _ctx(pp, 4, 1, "selective")
+    compact, full = _both(monkeypatch, name, options, (30, 30), ctx)
+    assert [(m.replica, m.source) for m in compact.mirrors] == [(1, 0), (3, 2)]
+    assert compact.expand() == full
+    engine = Engine(ctx.cost)
+    assert expand_trace(engine.run(compact), compact).events == engine.run(full).events
