@@ -63,12 +63,19 @@ def _check_mirrors(plan: Plan):
 
     for mirror in plan.mirrors:
         where = f"mirror of replica {mirror.source} as replica {mirror.replica}"
+        pair = (mirror.source, mirror.replica)
         for src, dst in mirror.devices:
             a, b = plan.devices[src], plan.devices[dst]
-            if dst in live or a.stage != b.stage or (a.replica, b.replica) != (mirror.source,
-                                                                               mirror.replica):
+            if dst in live or a.stage != b.stage or (a.replica, b.replica) != pair:
                 return f"{where}: device {dst} cannot repeat device {src}", None
+        unpaired = ({d.index for d in plan.devices if d.replica == mirror.replica}
+                    - {dst for _, dst in mirror.devices})
+        if unpaired:
+            return f"{where}: device {min(unpaired)} repeats no device", None
         for src, dst in mirror.chunks:
+            if src not in chunks or dst not in chunks or (
+                    chunks[src].replica, chunks[dst].replica) != pair:
+                return f"{where}: chunk {dst} cannot repeat chunk {src}", None
             source = layouts.get(src)
             if source is None:
                 source = layouts[src] = layout(src)

@@ -107,6 +107,12 @@ def test_a_mirror_that_does_not_repeat_its_source_is_refused():
     bad_devices = replace(plan, mirrors=(mirror._replace(devices=((0, 3), (1, 2))),))
     with pytest.raises(PlanError, match="cannot repeat device 0"):
         bad_devices.validate()
+    missing_device = replace(plan, mirrors=(mirror._replace(devices=((0, 2),)),))
+    with pytest.raises(PlanError, match="device 3 repeats no device"):
+        missing_device.validate()
+    same_replica = replace(plan, mirrors=(mirror._replace(chunks=((0, 1), (1, 3))),))
+    with pytest.raises(PlanError, match="chunk 1 cannot repeat chunk 0"):
+        same_replica.validate()
 
 
 def _table_ctx(gpus_per_node):
