@@ -16,7 +16,7 @@ replayed without mirrors (tests/unit/test_mirrors.py).
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from ltsim.plan import STREAMS, Comm, Mirror, Op, OpKey, Plan, Program, make_op, parse_token
 from ltsim.trace import Event, Trace
@@ -113,9 +113,7 @@ def expand_plan(plan: Plan) -> Plan:
     """The plan with every mirror's programs written out (see the module docstring)."""
     if not plan.mirrors:
         return plan
-    by_device: dict[int, list[Program]] = {}
-    for program in plan.programs:
-        by_device.setdefault(program.device, []).append(program)
+    by_device = _by_device(plan.programs, attrgetter("device"))
     programs = list(plan.programs)
     for mirror in plan.mirrors:
         renumber = _Renumber(plan, mirror)
@@ -131,11 +129,9 @@ def expand_trace(trace: Trace, plan: Plan) -> Trace:
     memory samples written out, in the order a replay of ``plan.expand()`` gives them."""
     if not trace.mirror_of:
         return trace
-    events: dict[int, list[Event]] = {}
-    for event in trace.events:
-        events.setdefault(event.device, []).append(event)
-    memory = _samples(trace.memory)
-    host_memory = _samples(trace.host_memory)
+    events: dict[int, list[Event]] = _by_device(trace.events, attrgetter("device"))
+    memory = _by_device(trace.memory, itemgetter(1))  # (time, device, bytes) samples
+    host_memory = _by_device(trace.host_memory, itemgetter(1))
     tokens: dict[tuple[str, int], str] = {}
     for mirror in plan.mirrors:
         chunks = dict(mirror.chunks)
@@ -153,20 +149,22 @@ def expand_trace(trace: Trace, plan: Plan) -> Trace:
             for samples in (memory, host_memory):
                 if src in samples:
                     samples[dst] = [(t, dst, level) for t, _, level in samples[src]]
-    flat = [e for device in sorted(events) for e in events[device]]
-    flat.sort(key=attrgetter("start_s", "device", "stream"))
-    return replace(trace, events=tuple(flat), memory=_flatten(memory),
-                   host_memory=_flatten(host_memory), mirror_of=())
+    by_time = itemgetter(0)
+    return replace(trace, events=_flatten(events, attrgetter("start_s", "device", "stream")),
+                   memory=_flatten(memory, by_time), host_memory=_flatten(host_memory, by_time),
+                   mirror_of=())
 
 
-def _samples(samples) -> dict[int, list]:
+def _by_device(items, device_of) -> dict[int, list]:
+    """Items grouped by device, each group in the order given."""
     out: dict[int, list] = {}
-    for sample in samples:
-        out.setdefault(sample[1], []).append(sample)
+    for item in items:
+        out.setdefault(device_of(item), []).append(item)
     return out
 
 
-def _flatten(per_device: dict[int, list]) -> tuple:
-    out = [s for device in sorted(per_device) for s in per_device[device]]
-    out.sort(key=lambda sample: sample[0])  # stable, as the engine's: devices in order at a tie
+def _flatten(per_device: dict[int, list], key) -> tuple:
+    """Devices in order, then a stable sort by ``key``, as the engine orders its trace."""
+    out = [item for device in sorted(per_device) for item in per_device[device]]
+    out.sort(key=key)
     return tuple(out)
