@@ -180,3 +180,28 @@ def test_the_executor_runs_untiled_alst_plans_and_refuses_the_rest_naming_the_op
         check_supported(_plan(**{**runs, "offload_optimizer": True}))
     with pytest.raises(PlanError, match="COLL"):  # Ulysses' all-to-alls
         check_supported(_plan(**{**runs, "cp": 8}))
+
+
+@pytest.mark.parametrize("sp, tiled", [(1, True), (8, True), (8, False)])
+def test_memory_model_holds_what_the_rebuilt_alst_layer_allocates(sp, tiled):
+    """validation/papers/alst_layer_emulation.py rebuilds ALST's layer (Liger, Ulysses, FA2,
+    TiledMLP) from its parts' allocations on fake tensors (the method reproduces the H100's HF-layer
+    figures exactly). ltsim's one layer plus its backward working set must hold what that layer's
+    recompute and backward peak at (with the incoming gradient), per local token, and not
+    over-count it by more than a quarter."""
+    pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "validation" / "papers" / "alst_layer_emulation.py"
+    spec = importlib.util.spec_from_file_location("alst_layer_emulation", path)
+    emulation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulation)
+    hidden = LLAMA.hidden_size
+    got = emulation.per_token(emulation.alst_layer(sp, tiled), hidden, (16384, 32768))
+    rebuilt = got["bwd_peak_per_token"] + 2 * hidden  # plus dY, held before the backward
+    par = ParallelConfig(cp=sp, cp_kind="ulysses")
+    ltsim = sp * (mem.activation_bytes_per_token(LLAMA, par, num_layers=1, recompute="none",
+                                                 tiled_mlp=tiled)
+                  + mem.backward_working_bytes_per_token(LLAMA, par))
+    assert 0.95 * rebuilt <= ltsim <= 1.25 * rebuilt
