@@ -202,21 +202,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def parse_strategy_list(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """``"megatron-1f1b,chunkflow:chunk_size=8192:k=4"`` -> [(name, overrides), ...]."""
+def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """``"megatron-1f1b,chunkflow:chunk_size=8192:k=4"`` -> [(name, overrides), ...]. An empty
+    item or an option given twice is refused rather than dropped."""
     from ltsim.scenario import parse_override
 
+    items = [s.strip() for s in (text or "").split(",")]
+    if not any(items):
+        raise ConfigError("--strategies", "a comma-separated list of strategy names", text,
+                          "e.g. --strategies megatron-1f1b,chunkflow")
     out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
+    for item in items:
+        if not item:
+            raise ConfigError("--strategies", "a comma-separated list without empty items", text,
+                              "remove the extra comma")
         name, *opts = item.split(":")
         try:
-            out.append((name, dict(parse_override(o) for o in opts)))
+            pairs = [parse_override(o) for o in opts]
         except ConfigError:
             raise ConfigError("--strategies", "name:key=value:key=value,... (e.g. "
                               "chunkflow:chunk_size=8192:k=2)", item,
                               "write each option as key=value after a colon") from None
-    if not out:
-        raise ConfigError("--strategies", "a comma-separated list of strategy names", text)
+        keys = [key for key, _ in pairs]
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:
+            raise ConfigError("--strategies", "each option once per strategy", item,
+                              f"give {twice} one value (or the strategy twice)")
+        out.append((name, dict(pairs)))
     return out
 
 
@@ -245,7 +257,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
     _check_output("--plot", args.plot)
     scenarios = [base]
-    if args.strategies:  # every strategy checked before the first search runs
+    if args.strategies is not None:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
             "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source)
             for name, opts in parse_strategy_list(args.strategies)]
@@ -358,6 +370,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
     if figure and not args.json:
         print(f"{figure} written to {args.plot}")
+    rejected = [row for row in rows if "error" in row]
+    if rows and len(rejected) == len(rows):  # nothing ran: the grid itself is wrong
+        raise ConfigError("--grid", "a grid with at least one point that runs",
+                          f"{len(rows)} of {len(rows)} rejected", "correct the grid's values",
+                          context=f"the first: {rejected[0]['error'].splitlines()[0]}")
     return EXIT_OK
 
 
@@ -403,7 +420,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     try:
         out = run_from_args(args, progress=sys.stderr)
     except LtsimError as exc:
-        print(f"ltsim profile: {exc}", file=sys.stderr)
+        print(f"ltsim profile: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"\nltsim profile: interrupted; finished tables and <table>.partial.csv checkpoints "

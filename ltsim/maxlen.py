@@ -140,13 +140,17 @@ def workload_scenario(scenario: Scenario, length: int) -> Scenario:
 MODES = {"sequence": length_scenario, "workload": workload_scenario}
 
 
-def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequence") -> Point:
+def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequence", *,
+             config_errors: bool = False) -> Point:
     """Simulate one sequence of ``length`` tokens per replica (or the workload capped at
     ``length``); a PlanError or a ConfigError from planning (a length the strategy cannot plan)
-    counts as not fitting, with its reason."""
+    counts as not fitting, with its reason. ``config_errors``: raise a ConfigError instead (at the
+    shortest length one is the scenario's fault, not the length's)."""
     try:
         sim = run(MODES[mode](scenario, length), cost=cost)
     except (PlanError, ConfigError) as exc:
+        if config_errors and isinstance(exc, ConfigError):
+            raise
         return Point(length=length, fits=False, limit="plan", reason=str(exc).splitlines()[0])
     result = sim.result
     peaks = result.peak_memory_bytes_per_device
@@ -175,7 +179,11 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:
-        raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length)
+        if isinstance(step, int) and step > MAX_LENGTH:
+            raise ConfigError("--step", f"a number of tokens <= the longest length searched "
+                              f"({MAX_LENGTH:,})", step, "give a smaller --step")
+        raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length,
+                          "give a --max-length at least the step, or a smaller --step")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "workload":
@@ -191,7 +199,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
 
     def probe(length: int) -> Point:
         if length not in points:
-            points[length] = evaluate(scenario, length, cost, mode)
+            points[length] = evaluate(scenario, length, cost, mode, config_errors=length == step)
             if progress is not None:
                 progress(points[length])
         return points[length]

@@ -70,9 +70,10 @@ class ParallelConfig:
             model_parallel = self.tp * self.cp * self.pp
             if num_devices % model_parallel:
                 raise ConfigError(
-                    "parallel.pp", f"such that tp*cp*pp divides the {num_devices} devices", self.pp,
-                    "change parallel.pp/tp/cp or hardware.num_nodes/gpus_per_node",
-                    context=f"tp={self.tp}, cp={self.cp}, pp={self.pp} gives {model_parallel}")
+                    "parallel.tp * parallel.cp * parallel.pp", f"a divisor of the {num_devices} "
+                    "devices", model_parallel,
+                    "change parallel.tp, cp or pp, or hardware.num_nodes/gpus_per_node",
+                    context=f"tp={self.tp}, cp={self.cp}, pp={self.pp}")
             if self.world_size != num_devices:
                 raise ConfigError(
                     "parallel.dp", f"{num_devices // model_parallel} so that tp*cp*pp*dp equals the "

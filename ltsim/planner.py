@@ -44,12 +44,22 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
         if "=" not in spec:
             raise ConfigError("--grid", "of the form section.key=v1,v2,...", spec)
         key, text = spec.split("=", 1)
-        check_override_key(key.strip(), "--grid")
+        key = key.strip()
+        check_override_key(key, "--grid")
+        if key in (k for k, _ in axes):
+            raise ConfigError("--grid", "given once per key", spec,
+                              f"put every value of {key} in one --grid")
         parts = [text] if text.strip().startswith("[") else text.split(",")
-        values = [parse_override(f"{key}={p.strip()}")[1] for p in parts if p.strip()]
-        if not values:
+        if not text.strip():
             raise ConfigError("--grid", "given at least one value", spec)
-        axes.append((key.strip(), values))
+        if not all(p.strip() for p in parts):
+            raise ConfigError("--grid", "a comma-separated list without empty values", spec,
+                              "remove the extra comma")
+        try:
+            values = [parse_override(f"{key}={p.strip()}")[1] for p in parts]
+        except ConfigError as exc:
+            raise ConfigError("--grid", exc.rule, spec, exc.fix) from None
+        axes.append((key, values))
     return [dict(zip([k for k, _ in axes], combo))
             for combo in itertools.product(*(v for _, v in axes))]
 

@@ -238,8 +238,10 @@ class Profile:
         default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
         self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
         if self.attention_kernel not in kernels:
-            raise ProfileError(f"{self.path}: attention_kernel must be one of {', '.join(kernels)} "
-                               f"(got {self.attention_kernel!r})")
+            raise ProfileError(
+                f"hardware.attention_kernel must be one of {', '.join(kernels)}, the kernels "
+                f"profile {self.path} measured (got {self.attention_kernel!r}). Fix: --set "
+                f"hardware.attention_kernel={kernels[0]}, or profile that kernel into the profile")
         self._cache: dict[tuple, tuple[float, tuple]] = {}
         self._range_notes: dict[tuple[str, str, float, int], float] = {}
         self._text_notes: set[str] = set()

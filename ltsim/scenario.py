@@ -14,6 +14,7 @@ from typing import Any
 
 from ltsim.errors import ConfigError
 from ltsim.hardware import ClusterSpec, get_device
+from ltsim.memory import ALLOCATOR_OVERHEAD
 from ltsim.model import ModelSpec, get_model
 from ltsim.parallel import ParallelConfig
 from ltsim.units import GiB
@@ -154,6 +155,9 @@ def read_toml_file(path: Path, key: str, what: str) -> dict[str, Any]:
         raise ConfigError(key, "valid TOML", str(path), "correct the syntax there (key = value, "
                           'strings in "double quotes", [section] headers)',
                           context=f"{at}: {reason[:1].lower() + reason[1:]}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(key, "valid TOML nested at most a few hundred levels deep", str(path),
+                          "flatten the nested arrays or tables") from None
 
 
 _KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)?")
@@ -173,6 +177,9 @@ def parse_override(text: str) -> tuple[str, Any]:
                           text, "name one key: a top-level key (name, seed) or section.key")
     try:
         return key, tomllib.loads(f"v = {value}")["v"]
+    except RecursionError:
+        raise ConfigError("--set", "a TOML value nested at most a few hundred levels deep", key,
+                          "flatten the value") from None
     except tomllib.TOMLDecodeError:
         if value[:1] in "[{\"'" and value:
             raise ConfigError("--set", "a TOML value (e.g. 2, 1.5, true, [4, 2], \"text\")", text,
@@ -264,9 +271,10 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     _check_heads(model, parallel)
     mp = parallel.tp * parallel.cp * parallel.pp
     if cluster.num_devices % mp:
-        raise ConfigError("parallel.pp", f"such that tp*cp*pp divides the {cluster.num_devices} "
-                          "devices", parallel.pp, "change parallel.pp/tp/cp or the cluster size",
-                          context=f"tp={parallel.tp}, cp={parallel.cp}, pp={parallel.pp} gives {mp}")
+        raise ConfigError("parallel.tp * parallel.cp * parallel.pp",
+                          f"a divisor of the {cluster.num_devices} devices", mp,
+                          "change parallel.tp, cp or pp, or the cluster size",
+                          context=f"tp={parallel.tp}, cp={parallel.cp}, pp={parallel.pp}")
     parallel = replace(parallel, dp=par_raw.get("dp", cluster.num_devices // mp))
     parallel.validate(cluster.num_devices)
     name = strategy.pop("name")
@@ -343,6 +351,10 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ConfigError("hardware.memory_limit_gib", "a positive, finite number of GiB", limit,
                           "omit it to use the device's memory")
+    if limit is not None and not device.is_unit and limit * GiB <= ALLOCATOR_OVERHEAD.fixed_bytes:
+        raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "
+                          f"({ALLOCATOR_OVERHEAD.fixed_bytes / GiB:g} GiB: CUDA context and NCCL "
+                          "buffers)", limit, "give the device's whole memory in GiB")
     if section.get("profile"):
         _check_profile(section["profile"])
     return ClusterSpec(device=device, num_nodes=section.get("num_nodes", 1),

@@ -70,7 +70,8 @@ def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[i
     shards, skipped_tp = usable_shards(models, tp_degrees)
     threads = DEFAULT_THREADS.get(device) if threads is None else threads
     if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ConfigError("--threads", "a positive integer", threads)
+        raise ConfigError("--threads", "a positive integer", threads,
+                          "e.g. --threads 1 (as the executor runs), or omit it")
     for note in skipped_tp:
         log.warning("skipped %s", note)
     group_devices = collective_devices(device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +52,11 @@ def positive(key: str, value: int, *, allow_zero: bool = False) -> None:
 
 
 def check_time_limit(value: float) -> None:
-    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP, a positive number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError("strategy.milp_time_limit_s", "a positive number of seconds", value,
+    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP, a positive finite number
+    (infinity would let one MILP run unbounded)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(value)):
+        raise ConfigError("strategy.milp_time_limit_s", "a positive, finite number of seconds", value,
                           "e.g. strategy.milp_time_limit_s = 1.0")
 
 

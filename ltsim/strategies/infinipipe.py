@@ -77,6 +77,10 @@ class Options:
                 raise ConfigError("strategy.num_slices", 'a positive integer or "auto"',
                                   self.num_slices)
             positive("num_slices", self.num_slices)
+            if self.num_slices > MAX_SLICES:  # each slice is a MILP over the batch: bounded work
+                raise ConfigError("strategy.num_slices", f'at most {MAX_SLICES} (or "auto")',
+                                  self.num_slices, 'use "auto", which searches 1 to '
+                                  f"{MAX_SLICES}")
         for key, allowed in (("chunking", CHUNKINGS), ("checkpointing", epp.CHECKPOINTINGS),
                              ("warmup", epp.WARMUPS)):
             if getattr(self, key) not in allowed:

@@ -51,7 +51,8 @@ def test_override_uses_toml_syntax(tmp_path):
     (BASE.replace("pp = 4", "pp = 4\nppp = 1"), r"s\.toml @ parallel\.ppp must be a known key"),
     (BASE.replace("pp = 4", 'pp = "four"'), r"parallel\.pp must be an integer \(got 'four'\)"),
     (BASE.replace("pp = 4", "pp = 3"),
-     r"parallel\.pp must be such that tp\*cp\*pp divides the 4 devices \(got 3\)"),
+     r"parallel\.tp \* parallel\.cp \* parallel\.pp must be a divisor of the 4 devices "
+     r"\(got 3\); tp=1, cp=1, pp=3"),
     (BASE + "\n[extra]\nx = 1\n", r"extra must be a known section"),
     (BASE.replace('name = "megatron-1f1b"', 'name = "megatron"'),
      r"strategy\.name must be one of alst, chunkflow, deepspeed-cp, deepspeed-ulysses, flexsp, infinipipe, megatron-1f1b, seco, seq1f1b, skrull, sorted-batching, spaco"),

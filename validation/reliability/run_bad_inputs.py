@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -250,6 +251,29 @@ CASES: tuple[Case, ...] = (
     Case("needs torch", "profile --device cpu --quick --out {tmp}/prof", "torch", no_torch=True),
     Case("needs torch", "validate scenarios/examples/cpu-llama-tiny-chunkflow.toml --profile cpu-ci",
          "torch", no_torch=True),
+    # -- found by a probe of the newer commands and options (2026-11-23) -------------------------------
+    Case("scenario file", "simulate {tmp}/deep.toml", "deep.toml",
+         (("deep.toml", f"# {SECRET}\n[a]\nx = " + "[" * 5000 + "]" * 5000 + "\n"),)),
+    Case("--set syntax", f"simulate {FIG6} --set strategy.k=" + "[" * 5000 + "]" * 5000, "--set"),
+    Case("strategy", f"maxlen {QS} --strategies alst", "parallel.pp"),
+    Case("strategy", f"maxlen {QS} --strategies ''", "--strategies"),
+    Case("strategy", f"maxlen {QS} --strategies megatron-1f1b,,chunkflow", "--strategies"),
+    Case("strategy", f"compare {QS} --strategies chunkflow,", "--strategies"),
+    Case("strategy", f"compare {QS} --strategies chunkflow:k=2:k=3", "--strategies"),
+    Case("strategy", f"maxlen {QS} --step 99999999999999999999", "--step"),
+    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
+         "--set strategy.num_slices=200", "strategy.num_slices"),
+    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
+         "--set strategy.milp_time_limit_s=inf", "strategy.milp_time_limit_s"),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2 --grid strategy.k=4", "--grid"),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,,2", "--grid"),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=[1,2", "--grid"),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=a,b", "--grid"),
+    Case("layout", f"simulate {QS} --set hardware.memory_limit_gib=0.001",
+         "hardware.memory_limit_gib"),
+    Case("wrong type", f"simulate {QS} --set model.lora_rank=99999999999", "model.lora_rank"),
+    Case("profile tables", f"simulate {QS} --set hardware.attention_kernel=fa9",
+         "hardware.attention_kernel"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -392,6 +416,7 @@ def _markdown(rows: list[dict[str, object]]) -> str:
     for i, r in enumerate(rows, 1):
         case = r["case"]
         command = "ltsim " + case.command.replace("{tmp}", "$TMP")
+        command = re.sub(r"(.)\1{9,}", lambda m: f"{m.group(1)}(x{len(m.group(0))})", command)
         if case.no_torch:
             command += " *(torch hidden)*"
         if simulated_denial(case):
