@@ -179,7 +179,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:
-        if isinstance(step, int) and step > MAX_LENGTH:
+        if step > MAX_LENGTH:
             raise ConfigError("--step", f"a number of tokens <= the longest length searched "
                               f"({MAX_LENGTH:,})", step, "give a smaller --step")
         raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length,

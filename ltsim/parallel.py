@@ -67,16 +67,21 @@ class ParallelConfig:
         if self.cp_kind not in CP_KINDS:
             raise ConfigError("parallel.cp_kind", f"one of {', '.join(CP_KINDS)}", self.cp_kind)
         if num_devices is not None:
-            model_parallel = self.tp * self.cp * self.pp
-            if num_devices % model_parallel:
-                raise ConfigError(
-                    "parallel.tp * parallel.cp * parallel.pp", f"a divisor of the {num_devices} "
-                    "devices", model_parallel,
-                    "change parallel.tp, cp or pp, or hardware.num_nodes/gpus_per_node",
-                    context=f"tp={self.tp}, cp={self.cp}, pp={self.pp}")
+            model_parallel = self.model_parallel_size(num_devices)
             if self.world_size != num_devices:
                 raise ConfigError(
                     "parallel.dp", f"{num_devices // model_parallel} so that tp*cp*pp*dp equals the "
                     f"{num_devices} devices", self.dp,
                     fix="omit parallel.dp to derive it, or change the cluster size")
         return self
+
+    def model_parallel_size(self, num_devices: int) -> int:
+        """tp * cp * pp, checked to divide ``num_devices`` (ConfigError otherwise)."""
+        model_parallel = self.tp * self.cp * self.pp
+        if num_devices % model_parallel:
+            raise ConfigError(
+                "parallel.tp * parallel.cp * parallel.pp", f"a divisor of the {num_devices} "
+                "devices", model_parallel,
+                "change parallel.tp, cp or pp, or hardware.num_nodes/gpus_per_node",
+                context=f"tp={self.tp}, cp={self.cp}, pp={self.pp}")
+        return model_parallel

@@ -269,12 +269,7 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     # degrees first (dp stands in as 1): a zero degree must not reach the divisibility arithmetic
     parallel = ParallelConfig(**{k: v for k, v in par_raw.items() if k != "dp"}, dp=1).validate()
     _check_heads(model, parallel)
-    mp = parallel.tp * parallel.cp * parallel.pp
-    if cluster.num_devices % mp:
-        raise ConfigError("parallel.tp * parallel.cp * parallel.pp",
-                          f"a divisor of the {cluster.num_devices} devices", mp,
-                          "change parallel.tp, cp or pp, or the cluster size",
-                          context=f"tp={parallel.tp}, cp={parallel.cp}, pp={parallel.pp}")
+    mp = parallel.model_parallel_size(cluster.num_devices)
     parallel = replace(parallel, dp=par_raw.get("dp", cluster.num_devices // mp))
     parallel.validate(cluster.num_devices)
     name = strategy.pop("name")

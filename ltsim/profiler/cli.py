@@ -13,8 +13,6 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from ltsim.errors import ConfigError
-
 
 def _tp_list(text: str) -> list[int]:
     try:
@@ -54,9 +52,6 @@ def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
     """
     from ltsim.profiler import run_profile
 
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError("--threads", "a positive integer", args.threads,
-                          "e.g. --threads 1 (as the executor runs), or omit it")
     from ltsim.profiler.tables import progress_stream
 
     with progress_stream(progress):

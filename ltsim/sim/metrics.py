@@ -36,14 +36,12 @@ class BatchMetrics:
 def batch_metrics(plan: Plan, trace: Trace, model_flops: float) -> BatchMetrics:
     makespan = trace.makespan_s
     events = trace.events
-    if not trace.mirror_of:
-        busy = sum(e.end_s - e.start_s for e in events if e.kind in _BUSY and e.stream == "compute")
-        recompute = sum(e.end_s - e.start_s for e in events if e.kind == "R")
-    else:  # mirrored replicas (ltsim/mirrors.py): a device counts once per device it stands for
-        copies = Counter(trace.mirror_of)
-        busy = sum(copies[e.device] * (e.end_s - e.start_s) for e in events
-                   if e.kind in _BUSY and e.stream == "compute")
-        recompute = sum(copies[e.device] * (e.end_s - e.start_s) for e in events if e.kind == "R")
+    # mirrored replicas (ltsim/mirrors.py): a replayed device counts once per device it stands for
+    copies = Counter(trace.mirror_of)
+    busy = sum(copies.get(e.device, 1) * (e.end_s - e.start_s) for e in events
+               if e.kind in _BUSY and e.stream == "compute")
+    recompute = sum(copies.get(e.device, 1) * (e.end_s - e.start_s) for e in events
+                    if e.kind == "R")
     capacity = plan.num_devices * makespan
     return BatchMetrics(
         iteration_time_s=makespan, busy_s=busy, recompute_s=recompute,
