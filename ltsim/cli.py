@@ -262,7 +262,9 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
             "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source)
             for name, opts in parse_strategy_list(args.strategies)]
     mode = "workload" if args.workload else "sequence"
-    answers = [find_max_length(s, step=args.step, max_length=args.max_length, mode=mode)
+    started = time.perf_counter()
+    answers = [find_max_length(s, step=args.step, max_length=args.max_length, mode=mode,
+                               progress=_maxlen_progress(s.strategy, started))
                for s in scenarios]
     text = format_maxlen(base.name, answers)
     if args.plot:
@@ -272,6 +274,20 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         text += f"\nplot written to {args.plot}"
     _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
+
+
+def _maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):
+    """A search's progress on stderr, a line per simulated length once the command has run
+    ``after_s`` (a planner with MILPs can take minutes: the user sees it is working)."""
+    def show(point) -> None:
+        elapsed = time.perf_counter() - started_s
+        if elapsed >= after_s:
+            verdict = ("fit" if point.fits else "planning refused" if point.limit == "plan"
+                       else f"do not fit ({point.limit} memory)")
+            sys.stderr.write(f"maxlen: {strategy}: {point.length:,} tokens {verdict}, "
+                             f"{elapsed:.0f} s\n")
+            sys.stderr.flush()
+    return show
 
 
 def _shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:

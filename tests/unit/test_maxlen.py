@@ -116,3 +116,15 @@ def test_workload_mode_needs_a_distribution(capsys):
                  "--workload"]) == 2
     err = capsys.readouterr().err
     assert "workload.dataset" in err and "Traceback" not in err
+
+
+def test_progress_lines_show_each_length_once_the_search_runs_long(capsys, quickstart):
+    """A slow search (InfiniPipe's MILPs: minutes) prints a line per simulated length on stderr."""
+    from ltsim.cli import _maxlen_progress
+
+    answer = find_max_length(quickstart, step=1 << 18, max_length=1 << 21,
+                             progress=_maxlen_progress("chunkflow", 0.0, after_s=0.0))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == len(answer.points)
+    assert lines[0].startswith("maxlen: chunkflow: 262,144 tokens fit, ")
+    assert any("do not fit (device memory)" in line for line in lines)
