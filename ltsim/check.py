@@ -11,7 +11,8 @@ A regression file lists cases; each compares a candidate scenario with a baselin
     tolerance = 0.05          # allowed relative drift from expected_speedup
     set = ["workload.num_batches=2"]   # optional overrides for both scenarios
 
-A case fails when the predicted speedup (baseline time / candidate time) is below ``min_speedup``,
+A case fails when the predicted speedup (candidate tokens/s over baseline tokens/s: baseline time /
+candidate time when both run the same batches) is below ``min_speedup``,
 drifts from ``expected_speedup`` by more than ``tolerance``, or the candidate does not fit in memory.
 Paths are relative to the regression file's directory's parent when they do not exist as given.
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from ltsim.errors import ConfigError
 from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
+from ltsim.sim.metrics import speedup as throughput_speedup
 
 _KEYS = {"name", "baseline", "candidate", "min_speedup", "expected_speedup", "tolerance", "set"}
 _STR, _NUM = "a string", "a number"
@@ -126,7 +128,7 @@ def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None) -
     baseline, candidate = scenarios or _scenarios(path, 0, case)
     base = simulate(baseline).to_dict()
     cand = simulate(candidate).to_dict()
-    speedup = base["iteration_time_s"] / cand["iteration_time_s"]
+    speedup = throughput_speedup(base, cand) or 0.0
     problems = []
     if not cand["fits"]:
         problems.append(f"candidate does not fit ({cand['fit_reason']})")

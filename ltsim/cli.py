@@ -361,11 +361,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"ltsim sweep: {count} stored result{'s are' if count > 1 else ' is'} stale (inputs "
               "changed); recomputing", file=sys.stderr)
 
+    def reused(count: int, total: int) -> None:
+        print(f"ltsim sweep: {count} of {total} points read from {args.db} (inputs unchanged)",
+              file=sys.stderr)
+
     with _sigterm_as_interrupt():
         rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show,
-                              on_stale=stale))
+                              on_stale=stale, on_reused=reused))
     keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
-    figure = ""
+    print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
+    rejected = [row for row in rows if "error" in row]
+    if rows and len(rejected) == len(rows):  # nothing ran: the grid itself is wrong (no plot)
+        first = rejected[0]["error"].splitlines()[0].split(". Fix: ")[0]
+        raise ConfigError("--grid", "a grid with at least one point that runs",
+                          f"{len(rows)} of {len(rows)} rejected", "correct the grid's values",
+                          context=f"the first: {first}")
     if args.plot:
         import pandas as pd
 
@@ -383,14 +393,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 frame, x=keys[0], value="iteration_time_s", feasible="fits", path=args.plot,
                 title=title))
             figure = "line chart"
-    print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
-    if figure and not args.json:
-        print(f"{figure} written to {args.plot}")
-    rejected = [row for row in rows if "error" in row]
-    if rows and len(rejected) == len(rows):  # nothing ran: the grid itself is wrong
-        raise ConfigError("--grid", "a grid with at least one point that runs",
-                          f"{len(rows)} of {len(rows)} rejected", "correct the grid's values",
-                          context=f"the first: {rejected[0]['error'].splitlines()[0]}")
+        if not args.json:
+            print(f"{figure} written to {args.plot}")
     return EXIT_OK
 
 

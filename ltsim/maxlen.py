@@ -81,14 +81,16 @@ class MaxLength:
     memory_limit_bytes: int
     host_memory_limit_bytes: int
     mode: str = "sequence"
+    cap: int = MAX_LENGTH  # the longest length searched
+    cap_is_longest: bool = False  # workload mode: the cap is the distribution's longest sequence
 
     @property
     def binds(self) -> str:
         """The term that stops the next step: host memory, the planner, or the largest term."""
         if self.failing is None:
-            if self.mode == "workload":
+            if self.cap_is_longest:
                 return "none: the whole distribution fits"
-            return f"none below {MAX_LENGTH:,} tokens"
+            return f"none up to {self.cap:,} tokens"
         if self.failing.limit == "host":
             return "host"
         if self.failing.limit == "plan":
@@ -105,7 +107,9 @@ class MaxLength:
         if end is None or not starts:
             return "-"
         start = starts[-1].terms
-        return max(DEVICE_TERMS, key=lambda t: end.terms.get(t, 0) - start.get(t, 0))
+        growth = {t: end.terms.get(t, 0) - start.get(t, 0) for t in DEVICE_TERMS}
+        most = max(DEVICE_TERMS, key=growth.__getitem__)
+        return most if growth[most] > 0 else "-"
 
     def to_dict(self) -> dict[str, Any]:
         at = self.at
@@ -178,12 +182,17 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     """Bisection (module docstring). ``progress`` is called with every simulated point."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
+    if step > MAX_LENGTH:
+        raise ConfigError("--step", f"a number of tokens <= the longest length searched "
+                          f"({MAX_LENGTH:,})", step, "give a smaller --step")
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < step:
-        if step > MAX_LENGTH:
-            raise ConfigError("--step", f"a number of tokens <= the longest length searched "
-                              f"({MAX_LENGTH:,})", step, "give a smaller --step")
         raise ConfigError("--max-length", f"a number of tokens >= the step ({step})", max_length,
                           "give a --max-length at least the step, or a smaller --step")
+    if max_length > MAX_LENGTH:
+        raise ConfigError("--max-length", f"a number of tokens <= {MAX_LENGTH:,}", max_length,
+                          f"give at most --max-length {MAX_LENGTH}")
+    max_length -= max_length % step  # the search lands on multiples of the step
+    cap_is_longest = False
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "workload":
@@ -192,14 +201,23 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                               "--workload", None, "give the scenario a workload.dataset, or "
                               "search one sequence without --workload")
         # past the distribution's longest sequence every cap draws the same batches
-        longest = load_dataset(scenario.workload.dataset).max_tokens
-        max_length = max(step, min(max_length, -(-longest // step) * step))
+        longest = -(-load_dataset(scenario.workload.dataset).max_tokens // step) * step
+        cap_is_longest = max_length >= longest
+        max_length = min(max_length, longest)
     cost = cost or make_cost_model(scenario)
     points: dict[int, Point] = {}
 
     def probe(length: int) -> Point:
         if length not in points:
-            points[length] = evaluate(scenario, length, cost, mode, config_errors=length == step)
+            try:
+                points[length] = evaluate(scenario, length, cost, mode,
+                                          config_errors=length == step)
+            except ConfigError as exc:  # at the first length: the scenario's fault, or the step's?
+                if step > 1 and _plans(scenario, 1, cost, mode):
+                    raise ConfigError("--step", "a length the strategy can plan", step,
+                                      "give a smaller --step", context=f"at {step:,} tokens "
+                                      f"{exc.key} must be {exc.rule} (got {exc.value!r})") from None
+                raise
             if progress is not None:
                 progress(points[length])
         return points[length]
@@ -220,7 +238,17 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                      max_length=lo, at=points.get(lo), failing=failing,
                      points=tuple(points[k] for k in sorted(points)),
                      memory_limit_bytes=cost.memory_limit_bytes,
-                     host_memory_limit_bytes=cost.host_memory_limit_bytes, mode=mode)
+                     host_memory_limit_bytes=cost.host_memory_limit_bytes, mode=mode,
+                     cap=max_length, cap_is_longest=cap_is_longest)
+
+
+def _plans(scenario: Scenario, length: int, cost: CostModel, mode: str) -> bool:
+    """Whether the scenario plans at ``length`` without a ConfigError."""
+    try:
+        evaluate(scenario, length, cost, mode, config_errors=True)
+    except ConfigError:
+        return False
+    return True
 
 
 def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[str, int]:

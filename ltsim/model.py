@@ -96,9 +96,10 @@ class ModelSpec:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"model.{key}", "a non-negative integer", value)
-        if self.lora_rank > self.kv_hidden_size:  # the narrowest adapted matrix (K and V)
+        narrowest = min(self.kv_hidden_size, self.hidden_size, self.ffn_hidden_size)
+        if self.lora_rank > narrowest:  # every linear layer is adapted; K/V are usually narrowest
             raise ConfigError("model.lora_rank", "at most the narrowest adapted matrix's width "
-                              f"({self.kv_hidden_size})", self.lora_rank,
+                              f"({narrowest})", self.lora_rank,
                               "LoRA ranks are small, e.g. 8-64; 0 trains every weight")
         return self
 

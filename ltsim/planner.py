@@ -59,6 +59,10 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
             values = [parse_override(f"{key}={p.strip()}")[1] for p in parts]
         except ConfigError as exc:
             raise ConfigError("--grid", exc.rule, spec, exc.fix) from None
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        if len(set(seen)) < len(seen):
+            raise ConfigError("--grid", "a list of distinct values", spec,
+                              "give each value once (a repeat would run the same points twice)")
         axes.append((key, values))
     return [dict(zip([k for k, _ in axes], combo))
             for combo in itertools.product(*(v for _, v in axes))]
@@ -109,13 +113,15 @@ def check_executor(spec: str) -> tuple[str, int | str]:
 def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str = "local",
               store: SweepStore | None = None,
               progress: Callable[[int, int], None] | None = None,
-              on_stale: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+              on_stale: Callable[[int], None] | None = None,
+              on_reused: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Evaluate every point not already in ``store`` with the same inputs; return all rows
     (resumed ones included). Raises ConfigError for a bad ``executor``.
 
     ``progress(done, total)`` is called after each point is stored (the command line draws its
     progress bar with it); ``on_stale(n)`` once, before any work, when n stored rows are
-    recomputed because their inputs changed.
+    recomputed because their inputs changed; ``on_reused(n, total)`` once, when n of the points
+    come from the store unchanged.
     """
     kind, arg = check_executor(executor)
     store = store or SweepStore()
@@ -127,6 +133,8 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     stale = sum(1 for p in todo if point_key(p) in stored)
     if stale and on_stale:
         on_stale(stale)
+    if len(todo) < len(points) and on_reused:
+        on_reused(len(points) - len(todo), len(points))
     finished = len(points) - len(todo)
     for overrides, row in _evaluate_all(kind, arg, scenario, todo):
         key = point_key(overrides)

@@ -77,10 +77,11 @@ COMPARE_COLUMNS = (
 
 
 def compare_rows(results: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Attach a label and the speedup over the first result to each result dict."""
-    base = results[0][1]["iteration_time_s"] if results else 0.0
-    return [{**d, "label": label, "speedup": base / d["iteration_time_s"] if d["iteration_time_s"] else None}
-            for label, d in results]
+    """Attach a label and the speedup over the first result (tokens per second, ltsim.sim.metrics
+    .speedup) to each result dict."""
+    from ltsim.sim.metrics import speedup
+
+    return [{**d, "label": label, "speedup": speedup(results[0][1], d)} for label, d in results]
 
 
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
@@ -95,7 +96,9 @@ def format_sweep(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, top: in
     """The ranked sweep: grid values, time, speedup over the slowest fitting plan, memory, fits."""
     fitting = [r for r in rows if r.get("fits") and "error" not in r]
     worst = max((r["iteration_time_s"] for r in fitting), default=0.0)
-    shown = [{**r, "speedup": worst / r["iteration_time_s"] if r.get("iteration_time_s") else None}
+    fit_ids = {id(r) for r in fitting}  # "-" for plans that do not fit
+    shown = [{**r, "speedup": worst / r["iteration_time_s"]
+              if r.get("iteration_time_s") and id(r) in fit_ids else None}
              for r in rows[:top]]
     columns = [(k, k.split(".")[-1], str) for k in keys] + [
         c for c in COMPARE_COLUMNS if c[0] not in ("label", "recompute_ratio")]

@@ -218,4 +218,5 @@ def write_outputs(validation: Validation, out: Path, title: str, tolerance: floa
     validation.measured.write_chrome_trace(out / "measured_trace.json")
     figure = plot_compare(validation.predicted, validation.measured, out / "gantt.png",
                           plan=validation.plan, title=title)
-    return [out / n for n in ("comparison.csv", "comparison.md", "summary.json")] + [figure]
+    return [out / n for n in ("comparison.csv", "comparison.md", "summary.json",
+                              "predicted_trace.json", "measured_trace.json")] + [figure]

@@ -351,12 +351,13 @@ def plot_compare(predicted: Any, measured: Any, path: str | Path, *, plan: "Plan
     fig = _new_figure(12, 2 * panel_in + 0.8)
     top, bottom = fig.subplots(2, 1, sharex=True)
     factor, unit = _time_scale(time_unit, span_s)
-    diff = (meas.makespan_s - pred.makespan_s) / pred.makespan_s if pred.makespan_s else 0.0
+    # the error as ltsim validate's table states it: (measured - predicted) / measured
+    diff = (meas.makespan_s - pred.makespan_s) / meas.makespan_s if meas.makespan_s else 0.0
     plot_gantt(pred, plan, ax=top, time_unit=time_unit, xlim_s=span_s,
                title=f"predicted: makespan {pred.makespan_s * factor:.4g} {unit}")
     plot_gantt(meas, plan, ax=bottom, time_unit=time_unit, xlim_s=span_s,
                title=f"measured: makespan {meas.makespan_s * factor:.4g} {unit} "
-                     f"({diff:+.1%} vs predicted)")
+                     f"(error {diff:+.1%}: (measured - predicted) / measured)")
     top.tick_params(axis="x", labelbottom=True)
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=12)

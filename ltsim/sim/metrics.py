@@ -134,3 +134,12 @@ class Result:
             "mfu": mfu, "num_gpus": self.num_gpus,
             "warnings": list(self.warnings), **self.extra,
         }
+
+
+def speedup(base: dict[str, Any], other: dict[str, Any]) -> float | None:
+    """How much faster ``other`` trains than ``base`` (two ``Result.to_dict()``): the ratio of
+    their tokens per second, which is base time / other time when both run the same tokens, and
+    stays fair when they do not (sorted batching samples its own batches). None without a rate."""
+    if not base.get("tokens_per_s") or other.get("tokens_per_s") is None:
+        return None
+    return other["tokens_per_s"] / base["tokens_per_s"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +50,17 @@ def positive(key: str, value: int, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"strategy.{key}", rule, value)
 
 
+MAX_MILP_TIME_LIMIT_S = 3600.0  # one hour per MILP; a batch plans many of them
+
+
 def check_time_limit(value: float) -> None:
-    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP, a positive finite number
-    (infinity would let one MILP run unbounded)."""
+    """A strategy's ``milp_time_limit_s``: SCIP's wall limit per MILP, positive and at most an
+    hour (infinity, or SCIP's own ceiling of 1e20, would let one MILP run unbounded)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-            or not math.isfinite(value)):
-        raise ConfigError("strategy.milp_time_limit_s", "a positive, finite number of seconds", value,
-                          "e.g. strategy.milp_time_limit_s = 1.0")
+            or not value <= MAX_MILP_TIME_LIMIT_S):
+        raise ConfigError("strategy.milp_time_limit_s",
+                          f"a positive number of seconds, at most {MAX_MILP_TIME_LIMIT_S:.0f}",
+                          value, "e.g. strategy.milp_time_limit_s = 1.0")
 
 
 def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:

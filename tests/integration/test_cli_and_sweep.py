@@ -42,6 +42,18 @@ def test_compare_prints_speedups(capsys):
     assert [round(r["speedup"], 4) for r in rows] == [1.0, round(56 / 46, 4)]
 
 
+def test_compare_speedup_is_throughput_when_batches_differ(capsys):
+    """Sorted batching samples its own batches (other tokens per iteration): the speedup is the
+    ratio of tokens per second, not of iteration times."""
+    scenario = REPO / "scenarios/skrull/qwen2.5-0.5b-wikipedia.toml"
+    assert main(["compare", str(scenario), "--strategies", "deepspeed-cp,sorted-batching",
+                 "--set", "workload.num_batches=2", "--json"]) == 0
+    base, other = json.loads(capsys.readouterr().out)
+    assert other["speedup"] == pytest.approx(other["tokens_per_s"] / base["tokens_per_s"])
+    time_ratio = base["iteration_time_s"] / other["iteration_time_s"]
+    assert abs(other["speedup"] - time_ratio) > 0.05  # its batches hold other token counts
+
+
 def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     db = tmp_path / "s.sqlite"
@@ -60,8 +72,16 @@ def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     store = SweepStore(db)
     seen = []
     points = expand_grid(["strategy.chunk_size=1,2,4,8", "strategy.k=1,2"])
-    run_sweep(scenario, points, store=store, progress=lambda d, t: seen.append(d))
-    assert seen == [7, 8]
+    reused = []
+    run_sweep(scenario, points, store=store, progress=lambda d, t: seen.append(d),
+              on_reused=lambda n, total: reused.append((n, total)))
+    assert seen == [7, 8] and reused == [(6, 8)]
+    # the command line says so; plans that do not fit get no "vs slowest" ratio
+    assert main([a for a in args if a != "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"6 of 6 points read from {db}" in captured.err
+    table = [line.split() for line in captured.out.splitlines()[2:8]]
+    assert [row[4] == "-" for row in table] == [row[-3] == "NO" for row in table]  # "46.000 s"
 
 
 def test_sweep_bad_point_is_a_row_not_a_crash(capsys):

@@ -108,6 +108,7 @@ def test_workload_mode_cuts_the_scenarios_own_distribution(quickstart):
     assert answer.at.tokens > answer.max_length  # time per token over the whole batch
     whole = find_max_length(quickstart, step=4096, mode="workload")
     assert whole.failing is None and whole.binds.startswith("none")
+    assert whole.grows == "-"  # nothing fails, so nothing to shrink (was "weights")
     assert whole.max_length == 262144  # chunkflow-eval's longest sequence
 
 
@@ -128,3 +129,29 @@ def test_progress_lines_show_each_length_once_the_search_runs_long(capsys, quick
     assert len(lines) == len(answer.points)
     assert lines[0].startswith("maxlen: chunkflow: 262,144 tokens fit, ")
     assert any("do not fit (device memory)" in line for line in lines)
+
+
+def test_a_cap_off_the_step_grid_is_rounded_down_and_the_search_ends():
+    """--max-length 3000 with --step 1024 once made the bisection spin (a gap of 1.9 steps); a
+    daemon thread, so a regression fails here instead of hanging the suite."""
+    import threading
+
+    scenario = load_scenario(REPO / "scenarios" / "examples" / "chunkflow-fig2-equal.toml")
+    out = []
+    search = threading.Thread(target=lambda: out.append(
+        find_max_length(scenario, step=1024, max_length=3000)), daemon=True)
+    search.start()
+    search.join(timeout=60)
+    assert out, "the search did not end"
+    (answer,) = out
+    assert answer.max_length == 2048 and answer.failing is None
+    assert answer.binds == "none up to 2,048 tokens"
+
+
+def test_a_first_length_the_strategy_refuses_blames_the_step(capsys):
+    """A length-dependent limit (the 1e9-token batch) at the first step is the step's fault,
+    not the scenario's (whose own lengths are four tokens)."""
+    assert main(["maxlen", str(REPO / "scenarios" / "examples" / "chunkflow-fig2-equal.toml"),
+                 "--set", "hardware.gpus_per_node=16", "--step", "300000000"]) == 2
+    err = capsys.readouterr().err
+    assert "'--step' must be a length the strategy can plan" in err and err.count("Fix:") == 1

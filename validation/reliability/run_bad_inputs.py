@@ -267,6 +267,12 @@ CASES: tuple[Case, ...] = (
          "--set strategy.milp_time_limit_s=inf", "strategy.milp_time_limit_s"),
     Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2 --grid strategy.k=4", "--grid"),
     Case("--grid", f"sweep {FIG6} --grid strategy.k=1,,2", "--grid"),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2,1", "--grid"),
+    Case("--grid", f"sweep {FIG6} --grid parallel.pp=3,5 --plot {{tmp}}/a.png", "--grid"),
+    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
+         "--set strategy.milp_time_limit_s=1e21", "strategy.milp_time_limit_s"),
+    Case("strategy", f"maxlen {FIG6} --set hardware.gpus_per_node=16 --step 300000000", "--step"),
+    Case("strategy", f"maxlen {FIG6} --max-length 4000000000", "--max-length"),
     Case("--grid", f"sweep {FIG6} --grid strategy.k=[1,2", "--grid"),
     Case("--grid", f"sweep {FIG6} --grid strategy.k=a,b", "--grid"),
     Case("layout", f"simulate {QS} --set hardware.memory_limit_gib=0.001",
