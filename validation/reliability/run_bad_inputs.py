@@ -37,6 +37,7 @@ OUT = REPO / "validation" / "reliability.md"
 SECRET = "SECRET-do-not-echo-7f3a"
 QS = "scenarios/quickstart.toml"                     # 8 H100s, Qwen2.5-7B (28 heads, 4 KV heads)
 FIG6 = "scenarios/examples/chunkflow-fig6-cs2-k1.toml"  # unit costs: fast
+EPP = "scenarios/infinipipe/gpt-7b-64k-infinipipe.toml"  # InfiniPipe: MILP options
 DIR = object()  # a file spec: make a directory
 
 
@@ -261,20 +262,15 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {QS} --strategies chunkflow,", "--strategies"),
     Case("strategy", f"compare {QS} --strategies chunkflow:k=2:k=3", "--strategies"),
     Case("strategy", f"maxlen {QS} --step 99999999999999999999", "--step"),
-    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
-         "--set strategy.num_slices=200", "strategy.num_slices"),
-    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
-         "--set strategy.milp_time_limit_s=inf", "strategy.milp_time_limit_s"),
-    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2 --grid strategy.k=4", "--grid"),
-    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,,2", "--grid"),
-    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2,1", "--grid"),
-    Case("--grid", f"sweep {FIG6} --grid parallel.pp=3,5 --plot {{tmp}}/a.png", "--grid"),
-    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-infinipipe.toml "
-         "--set strategy.milp_time_limit_s=1e21", "strategy.milp_time_limit_s"),
     Case("strategy", f"maxlen {FIG6} --set hardware.gpus_per_node=16 --step 300000000", "--step"),
     Case("strategy", f"maxlen {FIG6} --max-length 4000000000", "--max-length"),
-    Case("--grid", f"sweep {FIG6} --grid strategy.k=[1,2", "--grid"),
-    Case("--grid", f"sweep {FIG6} --grid strategy.k=a,b", "--grid"),
+    Case("strategy", f"simulate {EPP} --set strategy.num_slices=200", "strategy.num_slices"),
+    *(Case("strategy", f"simulate {EPP} --set strategy.milp_time_limit_s={limit}",
+           "strategy.milp_time_limit_s") for limit in ("inf", "1e21")),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2 --grid strategy.k=4", "--grid"),
+    *(Case("--grid", f"sweep {FIG6} --grid strategy.k={values}", "--grid")
+      for values in ("1,,2", "1,2,1", "[1,2", "a,b")),
+    Case("--grid", f"sweep {FIG6} --grid parallel.pp=3,5 --plot {{tmp}}/a.png", "--grid"),
     Case("layout", f"simulate {QS} --set hardware.memory_limit_gib=0.001",
          "hardware.memory_limit_gib"),
     Case("wrong type", f"simulate {QS} --set model.lora_rank=99999999999", "model.lora_rank"),
