@@ -5,11 +5,14 @@ low in the import order, beside the plan."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from math import fsum
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
-from ltsim.plan import STREAMS
+from ltsim.plan import STREAMS, OpKind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,6 +37,76 @@ class Event(NamedTuple):
         return self.end_s - self.start_s
 
 
+class EventTable(Sequence):
+    """A replay's events kept as the engine's columns (its ops in plan order, per op the start and
+    end), written out as :class:`Event` tuples, sorted by (start, device, stream), only when
+    something reads them (issue 13: a sweep needs the makespan and the busy time, which come from
+    the columns). A sequence of Events otherwise, equal to the tuple it stands for."""
+
+    __slots__ = ("_ops", "_programs", "_start", "_finish", "_events")
+
+    def __init__(self, ops: Sequence, programs: Sequence[tuple[int, str, int, int]],
+                 start: Sequence[float], finish: Sequence[float]) -> None:
+        self._ops = ops  # Op (ltsim.plan) per op id
+        self._programs = programs  # (device, stream, first op id, stop op id)
+        self._start = start
+        self._finish = finish
+        self._events: tuple[Event, ...] | None = None
+
+    def _written(self) -> tuple[Event, ...]:
+        events = self._events
+        if events is None:
+            out = []
+            append = out.append
+            ops, start, finish = self._ops, self._start, self._finish
+            kind_text = {k: k.value for k in OpKind}  # Enum.value is a descriptor call
+            for device, stream, first, stop in self._programs:
+                for i in range(first, stop):
+                    key = ops[i].key
+                    append(Event(device, stream, key.token, kind_text[key.kind], key.stage,
+                                 key.chunk, start[i], finish[i]))
+            out.sort(key=attrgetter("start_s", "device", "stream"))  # C, not a lambda per event
+            events = self._events = tuple(out)
+        return events
+
+    def __len__(self) -> int:
+        return len(self._start)
+
+    def __getitem__(self, index):
+        return self._written()[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._written())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (EventTable, tuple)):
+            return self._written() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's: compared, never a key
+
+    def __repr__(self) -> str:
+        return f"EventTable({len(self)} events)"
+
+    @property
+    def makespan_s(self) -> float:
+        return max(self._finish, default=0.0)
+
+    def seconds_by_device(self, kinds: frozenset[str], stream: str | None = None) -> dict[int, float]:
+        """Per device, the time its ops of ``kinds`` (op kind text) ran, on ``stream`` only when
+        given; summed exactly (math.fsum), so the order of the ops does not matter."""
+        ops, start, finish = self._ops, self._start, self._finish
+        wanted = {k for k in OpKind if k.value in kinds}
+        spans: dict[int, list[float]] = {}
+        for device, program_stream, first, stop in self._programs:
+            if stream is not None and program_stream != stream:
+                continue
+            mine = [finish[i] - start[i] for i in range(first, stop) if ops[i].kind in wanted]
+            if mine:
+                spans.setdefault(device, []).extend(mine)
+        return {device: fsum(values) for device, values in spans.items()}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Trace:
     """What happened (simulated or measured) in one global batch.
@@ -46,7 +119,7 @@ class Trace:
     the replayed device whose timeline it repeats (empty: every device is in the trace).
     """
 
-    events: tuple[Event, ...]
+    events: tuple[Event, ...] | EventTable
     memory: tuple[tuple[float, int, int], ...]
     static_bytes: tuple[int, ...]
     host_memory: tuple[tuple[float, int, int], ...] = ()
@@ -60,7 +133,20 @@ class Trace:
 
     @property
     def makespan_s(self) -> float:
+        if isinstance(self.events, EventTable):
+            return self.events.makespan_s
         return max((e.end_s for e in self.events), default=0.0)
+
+    def seconds_by_device(self, kinds: frozenset[str], stream: str | None = None) -> dict[int, float]:
+        """Per device in the trace, the time its events of ``kinds`` (op kind text) took, on
+        ``stream`` only when given (exact sums: math.fsum)."""
+        if isinstance(self.events, EventTable):
+            return self.events.seconds_by_device(kinds, stream)
+        spans: dict[int, list[float]] = {}
+        for e in self.events:
+            if e.kind in kinds and (stream is None or e.stream == stream):
+                spans.setdefault(e.device, []).append(e.end_s - e.start_s)
+        return {device: fsum(values) for device, values in spans.items()}
 
     def peak_memory_bytes(self) -> list[int]:
         peaks = list(self.static_bytes)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from heapq import merge
-from operator import attrgetter
 from typing import Any
 
 import simpy
@@ -35,7 +34,7 @@ from ltsim.gcpause import paused
 from ltsim.mirrors import device_sources, mirrored_gpus
 from ltsim.plan import Op, OpKind, Plan
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
-from ltsim.trace import Event, Trace
+from ltsim.trace import EventTable, Trace
 
 
 class _At(simpy.Event):
@@ -83,25 +82,31 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
     """Price every op once per distinct shape and turn keys into integer ids."""
     ops = [op for program in plan.programs for op in program.ops]
     ids = {op.key: i for i, op in enumerate(ops)}
-    shapes: dict = {}
+    # The caches below are keyed by object identity where the plan shares objects (a Work is
+    # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
+    shapes: dict = {}  # id(Work) -> its cost shape
     prices: dict = {}
     sizes: dict = {}
+    sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
     working: dict = {}
     optimizer: dict = {}
 
     def shape(work) -> tuple:
-        value = shapes.get(work)
+        value = shapes.get(id(work))
         if value is None:
-            value = shapes[work] = work.cost_shape()
+            value = shapes[id(work)] = work.cost_shape()
         return value
 
     def nbytes(buffers) -> tuple[int, int]:
         dev = hst = 0
         for buf in buffers:
-            bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
-            size = sizes.get(bkey)
+            size = sized.get(id(buf))
             if size is None:
-                size = sizes[bkey] = cost.buffer_bytes(buf)
+                bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
+                size = sizes.get(bkey)
+                if size is None:
+                    size = sizes[bkey] = cost.buffer_bytes(buf)
+                sized[id(buf)] = size
             if buf.host:
                 hst += size
             else:
@@ -301,28 +306,20 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
 
 def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
                 host_mem: list[list]) -> Trace:
-    """The Trace of a replay: events sorted by (start, device, stream), and each device's memory
-    levels after every change (its streams' deltas merged by time, releases first at a tie)."""
+    """The Trace of a replay: its events (an EventTable, written out sorted by (start, device,
+    stream) when read), and each device's memory levels after every change (its streams' deltas
+    merged by time, releases first at a tie)."""
     plan, ops = compiled.plan, compiled.ops
-    missing = [i for i, end in enumerate(finish) if end is None]
-    if missing:
+    if None in finish:
+        missing = [i for i, end in enumerate(finish) if end is None]
         stuck = ops[missing[0]].key
         raise PlanError(f"{plan.strategy}: {len(missing)} ops never ran (deadlock), "
                         f"first {stuck}\n{plan.grid(mark=stuck)}")
-    events = []
-    append = events.append
-    kind_text = {k: k.value for k in OpKind}  # Enum.value is a descriptor call
-    for device, stream, first, stop in compiled.programs:
-        for i in range(first, stop):
-            key = ops[i].key
-            append(Event(device, stream, key.token, kind_text[key.kind], key.stage, key.chunk,
-                         start[i], finish[i]))
-    events.sort(key=attrgetter("start_s", "device", "stream"))  # C, not a lambda per event
     static = compiled.static
     memory = _levels(compiled.programs, mem, static)
     host_memory = _levels(compiled.programs, host_mem, compiled.host_static)
-    return Trace(events=tuple(events), memory=memory, static_bytes=tuple(static),
-                 host_memory=host_memory, host_static_bytes=tuple(compiled.host_static))
+    return Trace(events=EventTable(ops, compiled.programs, start, finish), memory=memory,
+                 static_bytes=tuple(static), host_memory=host_memory, host_static_bytes=tuple(compiled.host_static))
 
 
 def _release_first(change: tuple[float, int]) -> tuple[float, bool]:

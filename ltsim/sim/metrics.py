@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from math import fsum
 from typing import Any
 
 import numpy as np
 
-from ltsim.plan import BUSY_KINDS, Plan
+from ltsim.plan import BUSY_KINDS, OpKind, Plan
 from ltsim.trace import Trace
 
-_BUSY = {k.value for k in BUSY_KINDS}
+_BUSY = frozenset(k.value for k in BUSY_KINDS)
+_RECOMPUTE = frozenset({OpKind.R.value})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,13 +37,12 @@ class BatchMetrics:
 
 def batch_metrics(plan: Plan, trace: Trace, model_flops: float) -> BatchMetrics:
     makespan = trace.makespan_s
-    events = trace.events
     # mirrored replicas (ltsim/mirrors.py): a replayed device counts once per device it stands for
     copies = Counter(trace.mirror_of)
-    busy = sum(copies.get(e.device, 1) * (e.end_s - e.start_s) for e in events
-               if e.kind in _BUSY and e.stream == "compute")
-    recompute = sum(copies.get(e.device, 1) * (e.end_s - e.start_s) for e in events
-                    if e.kind == "R")
+    busy = fsum(copies.get(device, 1) * seconds for device, seconds
+                in trace.seconds_by_device(_BUSY, "compute").items())
+    recompute = fsum(copies.get(device, 1) * seconds for device, seconds
+                     in trace.seconds_by_device(_RECOMPUTE).items())
     capacity = plan.num_devices * makespan
     return BatchMetrics(
         iteration_time_s=makespan, busy_s=busy, recompute_s=recompute,
@@ -67,6 +68,7 @@ class Result:
     peak_flops_per_s: float
     warnings: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    unit_costs: bool = False  # the ``unit`` preset: times are units of work, memory tokens
 
     @property
     def iteration_times_s(self) -> np.ndarray:
@@ -132,7 +134,7 @@ class Result:
             "fit_reason": self.fit_reason,
             "tokens_per_s": tokens / total_time if total_time > 0 else 0.0,
             "mfu": mfu, "num_gpus": self.num_gpus,
-            "warnings": list(self.warnings), **self.extra,
+            "warnings": list(self.warnings), "unit_costs": self.unit_costs, **self.extra,
         }
 
 

@@ -55,24 +55,34 @@ Pass = Callable[[Draft], Draft]
 # -- compute ops ----------------------------------------------------------------------------------
 def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     chunks = {c.index: c for c in schedule.chunks}
+    split = layout.split  # a property that builds a Split: once, not per action
     programs = {}
     for device in schedule.live_devices:
         ops = []
         index, stage = device.index, device.stage
         works: dict = {}  # one Work per distinct value: F and B of a chunk share it
         effects: dict = {}  # and one Buffer per distinct buffer (_resolve)
+        resolved: dict = {}  # an action's allocs or frees on a work: resolved once
         for action in schedule.orders.get(device.index, ()):
             wkey = (action.chunk, action.layers, action.slices, action.split, action.head,
                     action.tiling)
             work = works.get(wkey)
             if work is None:
                 work = works[wkey] = _work(action, chunks[action.chunk].slices, action.chunk,
-                                           device, layout)
+                                           device, split)
             allocs = frees = ()
             if action.allocs:
-                allocs = _resolve(action.allocs, action, work, device, chunks, effects)
+                rkey = (action.allocs, id(work), action.keep)
+                allocs = resolved.get(rkey)
+                if allocs is None:
+                    allocs = resolved[rkey] = _resolve(action.allocs, action, work, device, chunks,
+                                                       effects)
             if action.frees:
-                frees = _resolve(action.frees, action, work, device, chunks, effects)
+                rkey = (action.frees, id(work), action.keep)
+                frees = resolved.get(rkey)
+                if frees is None:
+                    frees = resolved[rkey] = _resolve(action.frees, action, work, device, chunks,
+                                                      effects)
             ops.append(make_op(action.kind, index, stage, action.chunk, action.name, "compute", work,
                                action.keep, "", None, action.deps, (), allocs, frees, ()))
         programs[(device.index, "compute")] = tuple(ops)
@@ -93,10 +103,10 @@ def _resolve(mems, action: Action, work: Work, device: Device, chunks, cache: di
     return tuple(out)
 
 
-def _work(action: Action, slices, chunk: int, device: Device, layout: Layout) -> Work:
+def _work(action: Action, slices, chunk: int, device: Device, split: Split) -> Work:
     layers = action.layers or device.layers
     return Work(chunk=chunk, slices=action.slices or slices, layers=layers,
-                split=action.split or layout.split,
+                split=action.split or split,
                 embed=device.embed and layers[0] == device.layers[0],
                 head=device.head and action.head and layers[1] == device.layers[1],
                 tiling=action.tiling)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from ltsim.costs import UnitCostModel
 from ltsim.mirrors import expand_trace
 from ltsim.sim import engine, replicas
 from ltsim.strategies import REGISTRY
+from ltsim.trace import Event, EventTable
 from tests.property.test_conformance import SMALL_OPTIONS, conformance_ctx
 
 _PATH = Path(__file__).resolve().parents[2] / "validation" / "perf" / "recurrence.py"
@@ -88,3 +90,38 @@ def test_replicas_with_distinct_chunk_layouts_skip_the_op_by_op_comparison():
     assert replicas.replica_classes(plan, compiled) is None
     equal = _plan("megatron-1f1b", {}, 2, 4, 1, [64] * 8, "selective").expand()
     assert not replicas._all_distinct(equal, {d.replica for d in equal.devices})
+
+
+@pytest.mark.parametrize("name,options", list(_cases()))
+@settings(max_examples=10, deadline=None)
+@given(pp=st.integers(1, 4), dp=st.integers(1, 3), cp=st.sampled_from([1, 2]),
+       lengths=st.lists(st.integers(1, 200), min_size=2, max_size=12),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_the_lazy_event_table_is_the_sorted_events_and_gives_their_metrics(name, options, pp, dp,
+                                                                           cp, lengths, recompute):
+    """The engine's trace keeps its events as columns (trace.EventTable): written out they are the
+    Events of every op sorted by (start, device, stream), and the makespan and busy seconds read
+    from the columns equal those summed over the written-out events."""
+    plan = _plan(name, options, pp, dp, cp, lengths, recompute)
+    cost = UnitCostModel()
+    lazy = engine.Engine(cost).run(plan)
+    assert isinstance(lazy.events, EventTable)
+    compiled = engine.compile_plan(plan, cost)
+    start, finish, _, _ = engine.replay(compiled)
+    expected = sorted((Event(device, stream, op.token, op.kind.value, op.stage, op.chunk, start[i],
+                             finish[i])
+                       for device, stream, first, stop in compiled.programs
+                       for i, op in enumerate(compiled.ops[first:stop], first)),
+                      key=lambda e: (e.start_s, e.device, e.stream))
+    written = replace(lazy, events=tuple(lazy.events))
+    assert lazy.events == tuple(expected) and len(lazy.events) == len(expected)
+    assert lazy == written and lazy.makespan_s == written.makespan_s
+    for kinds, stream in ((frozenset({"F", "B", "R", "W", "OPT"}), "compute"), (frozenset({"R"}), None)):
+        assert lazy.seconds_by_device(kinds, stream) == written.seconds_by_device(kinds, stream)
+        naive = {}
+        for e in expected:
+            if e.kind in kinds and (stream is None or e.stream == stream):
+                naive[e.device] = naive.get(e.device, 0.0) + e.duration_s
+        got = lazy.seconds_by_device(kinds, stream)
+        assert got.keys() == naive.keys()
+        assert all(got[d] == pytest.approx(naive[d], rel=1e-12) for d in naive)

@@ -2,7 +2,7 @@
 13: "simulation results identical to before"). Not a test.
 
     python validation/perf/same_results.py OUT.json                 # in each checkout
-    python validation/perf/same_results.py --compare BEFORE.json AFTER.json
+    python validation/perf/same_results.py --compare BEFORE.json AFTER.json [--rel 1e-12]
 
 It runs against the ltsim of the checkout it sits in (as bench_engine.py). The comparison ignores
 ``planner_s`` (the planners' own wall time) and prints every other field that differs.
@@ -38,27 +38,50 @@ def results(out: Path) -> None:
     print(f"{len(found)} scenarios -> {out}")
 
 
-def compare(before: Path, after: Path) -> None:
+def _close(x, y, rel: float) -> bool:
+    """Equal, or floats within ``rel`` of each other (relative)."""
+    if isinstance(x, float) and isinstance(y, float):
+        return abs(x - y) <= rel * max(abs(x), abs(y))
+    return x == y
+
+
+def compare(before: Path, after: Path, rel: float = 0.0) -> None:
+    """Print every scenario whose Result differs; with ``rel`` > 0, top-level float fields within
+    that relative difference count as equal (and the largest such difference is printed)."""
     a, b = json.loads(before.read_text()), json.loads(after.read_text())
     same = 0
+    largest = 0.0
     for name in sorted(a.keys() | b.keys()):
         x, y = a.get(name), b.get(name)
         if x == y:
             same += 1
         elif isinstance(x, dict) and isinstance(y, dict):
-            print(name, {k: (x.get(k), y.get(k)) for k in x.keys() | y.keys() if x.get(k) != y.get(k)})
+            differ = {k: (x.get(k), y.get(k)) for k in x.keys() | y.keys()
+                      if not _close(x.get(k), y.get(k), rel)}
+            for k in x.keys() & y.keys():
+                u, v = x[k], y[k]
+                if isinstance(u, float) and isinstance(v, float) and u != v:
+                    largest = max(largest, abs(u - v) / max(abs(u), abs(v)))
+            if differ:
+                print(name, differ)
+            else:
+                same += 1
         else:
             print(name, x, "->", y)
-    print(f"identical: {same} of {len(a.keys() | b.keys())}")
+    print(f"identical{f' (floats within {rel:g} relative)' if rel else ''}: {same} of "
+          f"{len(a.keys() | b.keys())}" + (f"; largest float difference {largest:.1e} relative"
+                                           if rel else ""))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--compare", action="store_true")
+    parser.add_argument("--rel", type=float, default=0.0,
+                        help="with --compare: floats within this relative difference are equal")
     args = parser.parse_args()
     if args.compare:
-        compare(*args.paths[:2])
+        compare(*args.paths[:2], rel=args.rel)
     else:
         results(args.paths[0])
 
