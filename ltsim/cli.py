@@ -193,7 +193,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         title = f"{scenario.name}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
         _written("--plot", args.plot, lambda: plot_simulation(
             sim.traces[0], args.plot, plan=sim.plans[0], title=title,
-            limit_bytes=result["memory_limit_bytes"]))
+            limit_bytes=result["memory_limit_bytes"],
+            time_unit="units" if result["unit_costs"] else "auto"))
     text = format_result(result)
     for label, path in (("trace", args.trace), ("plot", args.plot)):
         if path:

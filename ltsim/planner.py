@@ -83,6 +83,8 @@ def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) 
                 "this point", "fits": False}
     row.update({k: result[k] for k in METRICS})
     row["warnings"] = len(result["warnings"])
+    if result.get("unit_costs"):  # the unit preset: the table prints units, not s and B
+        row["unit_costs"] = True
     return row
 
 

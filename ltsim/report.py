@@ -12,21 +12,41 @@ def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def _unit_time(x: float) -> str:
+    return f"{x:,.6g} units"
+
+
+def _unit_memory(x: float) -> str:
+    return f"{x:,.0f} tokens"
+
+
+def _formats(rows: Sequence[dict[str, Any]]) -> tuple[Any, Any]:
+    """How times and memory print: seconds and bytes, or, for the ``unit`` preset (unit_costs:
+    the seed papers' figures), units of work and tokens of activation."""
+    if rows and all(r.get("unit_costs") for r in rows):
+        return _unit_time, _unit_memory
+    return fmt_seconds, fmt_bytes
+
+
 def format_result(d: dict[str, Any]) -> str:
     """A short human-readable summary of one Result.to_dict()."""
+    time, memory = _formats([d])
+    unit = d.get("unit_costs")
     lines = [
         f"scenario        {d['scenario']}",
         f"strategy        {d['strategy']} {_options(d['strategy_options'])}",
-        f"batches         {d['num_batches']} on {d['num_gpus']} GPUs",
-        f"iteration time  {fmt_seconds(d['iteration_time_s'])} (p50 "
-        f"{fmt_seconds(d['iteration_time_s_p50'])}, p95 {fmt_seconds(d['iteration_time_s_p95'])})",
+        f"batches         {d['num_batches']} on {d['num_gpus']} GPUs"
+        + (" (unit preset: time in units of work, memory in tokens of activation)" if unit else ""),
+        f"iteration time  {time(d['iteration_time_s'])} (p50 "
+        f"{time(d['iteration_time_s_p50'])}, p95 {time(d['iteration_time_s_p95'])})",
         f"bubble ratio    {_fmt_pct(d['bubble_ratio'])}",
         f"recompute       {_fmt_pct(d['recompute_ratio'])} of busy time",
-        f"peak memory     {fmt_bytes(d['peak_memory_bytes'])} per GPU "
-        f"(limit {_limit(d['memory_limit_bytes'])}): {'fits' if d['fits'] else 'DOES NOT FIT'}",
-        f"static memory   {fmt_bytes(d['static_memory_bytes'])} per GPU (weights, gradients, "
+        f"peak memory     {memory(d['peak_memory_bytes'])} per GPU "
+        f"(limit {_limit(d['memory_limit_bytes'], memory)}): "
+        f"{'fits' if d['fits'] else 'DOES NOT FIT'}",
+        f"static memory   {memory(d['static_memory_bytes'])} per GPU (weights, gradients, "
         "optimizer state; the rest grows with tokens)",
-        f"throughput      {_rate(d['tokens_per_s'])} tokens/s",
+        f"throughput      {_rate(d['tokens_per_s'])} tokens/{'unit' if unit else 's'}",
         f"MFU             {_fmt_pct(d['mfu'])}",
     ]
     if not d["fits"]:
@@ -38,8 +58,8 @@ def format_result(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _limit(num_bytes: int) -> str:
-    return "none" if num_bytes >= 2**60 else fmt_bytes(num_bytes)
+def _limit(num_bytes: int, memory=fmt_bytes) -> str:
+    return "none" if num_bytes >= 2**60 else memory(num_bytes)
 
 
 def _rate(x: float) -> str:
@@ -84,8 +104,18 @@ def compare_rows(results: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str
     return [{**d, "label": label, "speedup": speedup(results[0][1], d)} for label, d in results]
 
 
+def _with_units(columns: Sequence[tuple[str, str, Any]], rows: Sequence[dict[str, Any]]) -> list:
+    """``columns`` with the time and memory formatters the rows call for (_formats)."""
+    time, memory = _formats(rows)
+    if time is fmt_seconds:
+        return list(columns)
+    swap = {fmt_seconds: time, fmt_bytes: memory}
+    return [(k, "tokens/unit" if k == "tokens_per_s" else h, swap.get(f, f)) for k, h, f in columns]
+
+
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    return format_table(compare_rows(results), COMPARE_COLUMNS)
+    rows = compare_rows(results)
+    return format_table(rows, _with_units(COMPARE_COLUMNS, rows))
 
 
 def to_json(data: Any) -> str:
@@ -103,7 +133,7 @@ def format_sweep(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, top: in
     columns = [(k, k.split(".")[-1], str) for k in keys] + [
         c for c in COMPARE_COLUMNS if c[0] not in ("label", "recompute_ratio")]
     columns = [(k, "vs slowest" if k == "speedup" else h, f) for k, h, f in columns]
-    text = format_table(shown, columns)
+    text = format_table(shown, _with_units(columns, fitting or rows))
     errors = [r for r in rows if "error" in r]
     text += f"\n{len(rows)} plans, {len(fitting)} fit"
     if errors:

@@ -64,7 +64,8 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
                     host_memory_limit_bytes=cost.host_memory_limit_bytes,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
-                    warnings=tuple(cost.warnings()))
+                    warnings=tuple(cost.warnings()),
+                    unit_costs=scenario.cluster.device.is_unit)
     return Simulation(result, tuple(plans), tuple(traces))
 
 

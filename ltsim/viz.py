@@ -244,7 +244,8 @@ def plot_memory(trace: "Trace", *, ax: "Axes | None" = None, limit_bytes: int | 
     """Memory over time, one step line per device, with the static level and the device limit.
 
     The limit is drawn (dashed red) when given and at most 3x the peak, else noted in the corner.
-    Bytes are shown in GiB, MiB, KiB or bytes depending on the peak. Returns the Axes.
+    Bytes are shown in GiB, MiB, KiB or bytes depending on the peak (tokens with ``time_unit``
+    "units", the unit preset's). Returns the Axes.
     """
     n = max(1, trace.num_devices)
     if ax is None:
@@ -252,7 +253,8 @@ def plot_memory(trace: "Trace", *, ax: "Axes | None" = None, limit_bytes: int | 
     span_s = xlim_s or trace.makespan_s or 1.0
     factor, unit_s = _time_scale(time_unit, span_s)
     peak = max(trace.peak_memory_bytes(), default=0) or 1
-    size, unit = _byte_unit(peak)
+    # the unit preset (time in units of work) holds one byte per token of activation
+    size, unit = (1.0, "tokens") if time_unit == "units" else _byte_unit(peak)
     from matplotlib import colormaps
 
     colors = _palette()[:n] if n <= 10 else [colormaps["viridis"](d / (n - 1)) for d in range(n)]
@@ -325,6 +327,8 @@ def plot_simulation(sim_or_trace: Any, path: str | Path, *, plan: "Plan | None" 
     """
     trace, sim_plan, result = _unpack(sim_or_trace)
     plan = plan or sim_plan
+    if time_unit == "auto" and result is not None and result.unit_costs:
+        time_unit = "units"  # the unit preset's times are units of work, not seconds
     if limit_bytes is None and result is not None:
         limit_bytes = result.memory_limit_bytes
     n = max(1, trace.num_devices)

@@ -34,6 +34,22 @@ def test_simulate_writes_trace_and_plot(tmp_path, capsys):
     assert "bubble ratio    45.83%" in capsys.readouterr().out
 
 
+def test_unit_preset_prints_units_not_seconds_and_bytes(tmp_path, capsys):
+    """The unit preset (the papers' figures) prices work in units and memory in tokens: the
+    summary, the comparison table and the sweep table say so instead of "s" and "B"."""
+    example = REPO / "scenarios/examples/chunkflow-fig2-baseline.toml"
+    assert main(["simulate", str(example)]) == 0
+    text = capsys.readouterr().out
+    assert "iteration time  56 units" in text and "tokens per GPU" in text
+    assert " s " not in text and " B " not in text
+    assert main(["compare", str(example), "--strategies", "megatron-1f1b,chunkflow"]) == 0
+    assert "units" in capsys.readouterr().out
+    assert main(["sweep", str(example), "--grid", "workload.num_batches=1,2",
+                 "--db", str(tmp_path / "s.db")]) == 0
+    table = capsys.readouterr().out
+    assert "56 units" in table and "tokens/unit" in table and " B " not in table
+
+
 def test_compare_prints_speedups(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig2-baseline.toml"
     assert main(["compare", str(example), "--strategies",
