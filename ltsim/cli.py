@@ -128,11 +128,47 @@ def main(argv: list[str] | None = None) -> int:
 _EXAMPLE_NAMES = {"--trace": "trace.json", "--plot": "figure.png", "--db": "sweep.sqlite"}
 
 
+_FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # else matplotlib is asked
+
+
+def _check_figure_suffix(path: Path) -> None:
+    """A --plot path ends in a format matplotlib writes (it would otherwise fail after the work, or
+    write another file than the one named: no suffix means .png added)."""
+    suffix = path.suffix.lower()
+    if suffix in _FIGURE_SUFFIXES:
+        return
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        if suffix[1:] in FigureCanvasBase.get_supported_filetypes():
+            return
+    raise ConfigError("--plot", "a file name ending in a figure format (.png, .pdf, .svg, ...)",
+                      str(path), f"e.g. --plot {path.with_suffix('.png')}")
+
+
+def _check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = ()) -> None:
+    """Outputs go to distinct files, none of them an input (a scenario overwritten is lost)."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        where = path.resolve()
+        if any(where == p.resolve() for p in inputs):
+            raise ConfigError(flag, "a file other than the command's input", str(path),
+                              "choose another file name (the input would be overwritten)")
+        if where in seen:
+            raise ConfigError(flag, f"a file other than {seen[where]}'s", str(path),
+                              "give each output its own file name")
+        seen[where] = flag
+
+
 def _check_output(flag: str, path: Path | None) -> None:
     """An output path is checked before the work starts: a file name (not a folder) whose folder
-    exists or can be made. Raises ConfigError."""
+    exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError."""
     if path is None:
         return
+    if flag == "--plot":
+        _check_figure_suffix(path)
     if path.is_dir():
         raise ConfigError(flag, "a file path, not a directory", str(path),
                           f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
@@ -183,6 +219,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     _check_output("--trace", args.trace)
     _check_output("--plot", args.plot)
+    _check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
     sim = run(scenario, keep=bool(args.trace or args.plot))
     result = sim.result.to_dict()
     if args.trace:
@@ -229,6 +266,9 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
         if twice is not None:
             raise ConfigError("--strategies", "each option once per strategy", item,
                               f"give {twice} one value (or the strategy twice)")
+        if (name, dict(pairs)) in out:  # the same run twice: a row that says nothing new
+            raise ConfigError("--strategies", "a list naming each strategy with its options once",
+                              text, f"remove the second {item}, or give it other options")
         out.append((name, dict(pairs)))
     return out
 
@@ -257,6 +297,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
 
     base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
     _check_output("--plot", args.plot)
+    _check_distinct({"--plot": args.plot}, (Path(args.scenario),))
     scenarios = [base]
     if args.strategies is not None:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
@@ -354,6 +395,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
     _check_output("--plot", args.plot)
     _check_output("--db", args.db)
+    _check_distinct({"--plot": args.plot, "--db": args.db}, (Path(args.scenario),))
     _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
     show = _progress_bar(time.perf_counter())
@@ -466,14 +508,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
     from ltsim.profiles import resolve_profile
     from ltsim.scenario import load_scenario
-    from ltsim.validate import summary_text, validate_scenario, write_outputs
+    from ltsim.validate import require_real_device, summary_text, validate_scenario, write_outputs
 
     _require_torch("validate")
-    if not args.tolerance > 0:
-        raise ConfigError("--tolerance", "a positive fraction (0.10 = 10%)", args.tolerance)
+    if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
+        raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
     resolve_profile(args.profile)  # ProfileError now, before anything runs
-    scenario = load_scenario(args.scenario, args.set).with_overrides(
-        {"hardware.profile": str(args.profile)})
+    scenario = load_scenario(args.scenario, args.set)
+    require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
+    scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     validation = validate_scenario(scenario)
     title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"
     text = summary_text(validation, args.tolerance)
@@ -529,6 +572,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     exporter = get_format(args.format)  # a bad name fails before the simulation runs
     _check_output("--out", args.out)
+    _check_distinct({"--out": args.out}, (Path(args.scenario),))
     schedule = exporter(run(load_scenario(args.scenario, args.set)).plans[0])
     try:
         args.out.write_text(schedule.to_csv(), newline="")

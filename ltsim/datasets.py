@@ -41,6 +41,7 @@ KIB_TOKENS = 1024  # "1K" in the seed papers' tables
 Rows = tuple[np.ndarray, Callable[[int], str]]  # a reader's lengths, and row index -> "line N" for messages
 FILE_SUFFIXES = (".txt", ".csv", ".parquet", ".jsonl")
 LENGTH_COLUMNS = ("num_tokens", "length")
+MAX_SEQUENCE_TOKENS = 2**31  # the size guard on one sequence (ltsim.workload checks the rest)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,6 +272,20 @@ def _not_integer(path: str, where: str) -> ConfigError:
                        context=f"{where} is not a whole number")
 
 
+def _as_lengths(path: str, values: list[int], where: Callable[[int], str]) -> np.ndarray:
+    """The lengths as an int64 array; a length past the size guard is refused by its place (it
+    would not fit the array, and no model trains such a sequence)."""
+    for row, value in enumerate(values):
+        if value > MAX_SEQUENCE_TOKENS:
+            raise _too_long(path, where(row))
+    return np.array(values, dtype=np.int64)
+
+
+def _too_long(path: str, where: str) -> ConfigError:
+    return ConfigError(KEY, f"a file of lengths of at most {MAX_SEQUENCE_TOKENS:,} tokens", path,
+                       "remove or correct that row", context=f"{where} is longer")
+
+
 def _read_txt(path: str) -> Rows:
     """One integer per line; blank lines are skipped. Returns (lengths, row index -> 'line N')."""
     values, numbers = [], []
@@ -283,7 +298,8 @@ def _read_txt(path: str) -> Rows:
         except ValueError:
             raise _not_integer(path, f"line {i + 1}") from None
         numbers.append(i)
-    return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
+    where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
+    return _as_lengths(path, values, where), where
 
 
 def _read_text(path: str) -> str:
@@ -311,15 +327,22 @@ def _read_jsonl(path: str) -> Rows:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ConfigError(KEY, "a JSON Lines file", path, f"fix line {i + 1}: {err.msg}") from None
+        except RecursionError:  # arrays nested thousands deep
+            raise ConfigError(KEY, "a JSON Lines file of flat objects", path,
+                              f"fix line {i + 1}: it nests too deep") from None
         field = next((c for c in LENGTH_COLUMNS if isinstance(record, dict) and c in record), None)
         if field is None:
             raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,
                               f"add the field to line {i + 1}")
         raw = record[field]
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not float(raw).is_integer():
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (
+                isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer())):
             raise _not_integer(path, f"line {i + 1}")
+        if raw > MAX_SEQUENCE_TOKENS:  # before int(): 1e300 is a float, but no length
+            raise _too_long(path, f"line {i + 1}")
         values.append(int(raw)), numbers.append(i)
-    return np.array(values, dtype=np.int64), lambda row: f"line {numbers[row] + 1}"
+    where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
+    return _as_lengths(path, values, where), where
 
 
 def _read_table(path: str) -> Rows:
@@ -349,4 +372,7 @@ def _read_table(path: str) -> Rows:
     bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
     if bad.size:
         raise _not_integer(path, f"row {bad[0] + 1} of column {column}")
+    long = np.flatnonzero(numeric > MAX_SEQUENCE_TOKENS)
+    if long.size:
+        raise _too_long(path, f"row {long[0] + 1} of column {column}")
     return numeric.astype(np.int64), lambda row: f"row {row + 1} of column {column}"

@@ -26,9 +26,14 @@ class ConfigError(LtsimError):
         text = f"{where} must be {self.rule} (got {self.value!r})"
         if self.context:
             text += f"; {self.context}"
-        if self.fix:
-            text += f". Fix: {self.fix}"
+        # every message ends with a fix: the raiser's, or else the rule read as an instruction
+        text += f". Fix: {self.fix or self._default_fix()}"
         return text
+
+    def _default_fix(self) -> str:
+        if self.key.startswith("-"):  # a command-line flag
+            return f"give {self.key} {self.rule}"
+        return f"set {self.key} to {self.rule}"
 
     def with_source(self, source: str) -> "ConfigError":
         """The same error, prefixed with the file it came from."""

@@ -40,6 +40,8 @@ from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
 from ltsim.trace import Trace
 
+NO_LIMIT_BYTES = 2**60  # a memory limit at least this large is none (the unit preset's 2**62)
+
 DEVICE_TERMS = ("weights", "gradients", "optimizer", "activations", "kv_state", "logits", "working")
 TERMS = DEVICE_TERMS + ("host",)
 _KIND_TERM = {"act": "activations", "ckpt": "activations", "input": "activations",
@@ -83,6 +85,7 @@ class MaxLength:
     mode: str = "sequence"
     cap: int = MAX_LENGTH  # the longest length searched
     cap_is_longest: bool = False  # workload mode: the cap is the distribution's longest sequence
+    unit_costs: bool = False  # the unit preset: times in units of work, memory in tokens
 
     @property
     def binds(self) -> str:
@@ -123,7 +126,8 @@ class MaxLength:
                 "next_length": self.failing.length if self.failing else None,
                 "next_reason": self.failing.reason if self.failing else "",
                 "memory_limit_bytes": self.memory_limit_bytes,
-                "host_memory_limit_bytes": self.host_memory_limit_bytes}
+                "host_memory_limit_bytes": self.host_memory_limit_bytes,
+                "unit_costs": self.unit_costs}
 
 
 def length_scenario(scenario: Scenario, length: int) -> Scenario:
@@ -205,6 +209,13 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         cap_is_longest = max_length >= longest
         max_length = min(max_length, longest)
     cost = cost or make_cost_model(scenario)
+    if cost.memory_limit_bytes >= NO_LIMIT_BYTES and max_length > MAX_LENGTH - step:
+        # the unit preset without a limit: every length fits, and a search to a billion tokens
+        # would plan ever larger batches for hours
+        raise ConfigError("hardware.memory_limit_gib", "given for maxlen (the unit preset has no "
+                          "memory limit, so no length is the longest)", None,
+                          "set hardware.memory_limit_gib, or bound the search with --max-length",
+                          source=scenario.source)
     points: dict[int, Point] = {}
 
     def probe(length: int) -> Point:
@@ -239,7 +250,8 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                      points=tuple(points[k] for k in sorted(points)),
                      memory_limit_bytes=cost.memory_limit_bytes,
                      host_memory_limit_bytes=cost.host_memory_limit_bytes, mode=mode,
-                     cap=max_length, cap_is_longest=cap_is_longest)
+                     cap=max_length, cap_is_longest=cap_is_longest,
+                     unit_costs=scenario.cluster.device.is_unit)
 
 
 def _plans(scenario: Scenario, length: int, cost: CostModel, mode: str) -> bool:

@@ -264,11 +264,15 @@ def _evaluate_dask(address: str, scenario: Scenario, todo: list[dict[str, Any]])
         if problem:
             raise OSError(problem)
         client = Client(address if "://" in address else f"tcp://{address}", timeout="30s")
-    except (OSError, TimeoutError) as exc:
+    except Exception as exc:  # noqa: BLE001  # refused, timed out, or not a Dask scheduler at all
+        # (another service answers with bytes Dask reads as a frame length: a MemoryError)
         raise ConfigError("--executor", "the address of a running Dask scheduler",
                           f"dask://{address}", "start one with `dask scheduler` (and workers with "
                           "`dask worker HOST:PORT`), or use --executor local:N",
-                          context=str(exc) or type(exc).__name__) from None
+                          context=(str(exc) or type(exc).__name__)
+                          if isinstance(exc, (OSError, TimeoutError)) else
+                          f"what answers there is not a Dask scheduler ({type(exc).__name__})"
+                          ) from None
     with client:
         futures = {client.submit(evaluate_point, scenario.raw, scenario.source, p, pure=False): i
                    for i, p in enumerate(todo)}

@@ -70,7 +70,9 @@ def read_meta(directory: str | Path) -> ProfileMeta:
         data = json.loads(path.read_text(encoding="utf-8"))
         meta = ProfileMeta(**data)
     except (json.JSONDecodeError, TypeError) as exc:
-        raise ProfileError(f"{path}: unreadable meta.json ({exc})") from exc
+        raise ProfileError(f"{path}: meta.json must be a JSON object of the profile's fields "
+                           f"({exc}). Fix: rewrite it with `ltsim profile` or compare with "
+                           "profiles/cpu-ci/meta.json") from exc
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
                            "`ltsim profile` or the profile's build script") from None
@@ -216,7 +218,8 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
     if len(frame) == 0:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
     if "time_s" in columns and not all(_number(v) > 0 for v in frame["time_s"]):
-        raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive numbers")
+        raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive "
+                           f"numbers. Fix: re-run the profiler for {name}")
     for column in POSITIVE_COLUMNS.get(name, ()):
         values = [_number(v) for v in frame[column]]
         bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]

@@ -145,16 +145,17 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
     """``ltsim maxlen``: per strategy the longest fitting sequence, its time per token, its peak and
     the largest terms there, and what stops the next step."""
     rows = []
+    time, memory = _formats([a.to_dict() for a in answers])
     for answer in answers:
         d = answer.to_dict()
         terms = sorted(d["terms_bytes"].items(), key=lambda kv: -kv[1])
-        d["top_terms"] = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in terms[:3] if v)
+        d["top_terms"] = ", ".join(f"{k} {memory(v)}" for k, v in terms[:3] if v)
         d["label"] = answer.strategy + (" " + _options(answer.options) if answer.options else "")
         rows.append(d)
     columns = (("label", "strategy", str), ("max_length", "max length", lambda x: f"{x:,}"),
-               ("time_per_token_s", "time/token", fmt_seconds),
-               ("iteration_time_s", "iter time", fmt_seconds),
-               ("peak_memory_bytes", "peak mem", fmt_bytes), ("binds", "binds", str),
+               ("time_per_token_s", "time/token", time),
+               ("iteration_time_s", "iter time", time),
+               ("peak_memory_bytes", "peak mem", memory), ("binds", "binds", str),
                ("grows", "grows most", str),
                ("top_terms", "largest terms at max", str))
     what = ("its workload cut at workload.max_length (longer sequences truncated; every sampled "

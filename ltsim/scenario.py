@@ -176,7 +176,11 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError("--set", "of the form section.key=value with a key such as parallel.pp",
                           text, "name one key: a top-level key (name, seed) or section.key")
     try:
-        return key, tomllib.loads(f"v = {value}")["v"]
+        parsed = tomllib.loads(f"v = {value}")
+        if set(parsed) != {"v"}:  # a newline in the value made another key: it would be dropped
+            raise ConfigError("--set", "one key=value, without a newline in the value", text,
+                              "give each key its own --set")
+        return key, parsed["v"]
     except RecursionError:
         raise ConfigError("--set", "a TOML value nested at most a few hundred levels deep", key,
                           "flatten the value") from None
@@ -350,6 +354,15 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
         raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "
                           f"({ALLOCATOR_OVERHEAD.fixed_bytes / GiB:g} GiB: CUDA context and NCCL "
                           "buffers)", limit, "give the device's whole memory in GiB")
+    for key, what in (("profile", "a profile's name or path"),
+                      ("attention_kernel", "an attention kernel's name")):
+        if section.get(key) == "":
+            raise ConfigError(f"hardware.{key}", what, "",
+                              f"omit hardware.{key} for the preset's default")
+        if key in section and device.is_unit:
+            raise ConfigError(f"hardware.{key}", "absent with the unit preset (it prices in units "
+                              "of work, from no profile)", section[key],
+                              f"remove hardware.{key}, or choose a device preset")
     if section.get("profile"):
         _check_profile(section["profile"])
     return ClusterSpec(device=device, num_nodes=section.get("num_nodes", 1),

@@ -117,12 +117,17 @@ def bare_cost_model(scenario: "Scenario"):
     from ltsim.costs.table import TableCostModel
     from ltsim.memory import NO_ALLOCATOR_OVERHEAD
 
-    if scenario.cluster.device.is_unit:
-        raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
-                          "unit", "use hardware.preset = \"cpu\" on this machine")
+    require_real_device(scenario)
     return TableCostModel(scenario.model, scenario.cluster, overhead=NO_ALLOCATOR_OVERHEAD,
                           working_sets=scenario.cluster.device.name != "cpu",
                           grad_dtype=scenario.parallel.grad_dtype)
+
+
+def require_real_device(scenario: "Scenario") -> None:
+    """Raise ConfigError for the unit preset: there is nothing to measure it against."""
+    if scenario.cluster.device.is_unit:
+        raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
+                          "unit", "use hardware.preset = \"cpu\" on this machine")
 
 
 def executor_device(scenario: "Scenario") -> tuple[str, str]:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ltsim.datasets import KIB_TOKENS, LengthArray, LengthBins, dataset_names, load_dataset
+from ltsim.datasets import (KIB_TOKENS, MAX_SEQUENCE_TOKENS, LengthArray, LengthBins, dataset_names,
+                            load_dataset)
 from ltsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ POOL_BATCHES = 32
 # are refused at once instead of planning for hours. 2^31 tokens per sequence is hundreds of times the
 # longest contexts trained today (a few million tokens); 10^9 tokens per global batch is 60x the 16M
 # of Llama 3 405B's final batch; 2^24 sampled sequences is 65,536 batches of 256.
-MAX_SEQUENCE_TOKENS = 2**31
 MAX_BATCH_TOKENS = 10**9
 MAX_SAMPLED_SEQUENCES = 2**24
 

@@ -46,7 +46,8 @@ REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
 
 def get_strategy(name: str) -> Strategy:
     """The registered strategy called ``name`` (case-insensitive)."""
-    strategy = REGISTRY.get(name.lower())
+    strategy = REGISTRY.get(name.lower()) if isinstance(name, str) else None
     if strategy is None:
-        raise ConfigError("strategy.name", f"one of {', '.join(sorted(REGISTRY))}", name)
+        raise ConfigError("strategy.name", f"one of {', '.join(sorted(REGISTRY))}", name,
+                          "use one of these names")
     return strategy

@@ -12,6 +12,7 @@ from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +36,8 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
         expected = [_TYPES[n] for n in names if n in _TYPES]
         bad_bool = isinstance(value, bool) and "bool" not in names
         if expected and (bad_bool or not any(isinstance(value, t) for t in expected)):
-            raise ConfigError(f"strategy.{key}", f"of type {fields[key].type}", value)
+            raise ConfigError(f"strategy.{key}", " or ".join(_TYPE_WORDS.get(n, n) for n in names),
+                              value)
     options = options_type(**raw)
     check = getattr(options, "validate", None)
     if check is not None:

@@ -118,6 +118,37 @@ def test_sweep_on_dask():
     assert [r["iteration_time_s"] for r in rows] == [48.0, 46.0]
 
 
+def test_sweep_on_an_address_where_no_dask_scheduler_answers(capsys):
+    """Another service on the port (here one that answers with an HTTP error) is bad input, not a
+    traceback from deep inside Dask's protocol."""
+    pytest.importorskip("distributed")
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        for _ in range(8):  # Dask may retry
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 64)
+
+    threading.Thread(target=answer, daemon=True).start()
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    try:
+        code = main(["sweep", str(example), "--grid", "strategy.k=1,2",
+                     "--executor", f"dask://127.0.0.1:{port}"])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "'--executor' must be the address of a running Dask scheduler" in err
+
+
 def test_check_passes_and_detects_drift(tmp_path, capsys):
     assert main(["check", str(REPO / "validation/regression.toml")]) == 0
     bad = tmp_path / "validation" / "r.toml"

@@ -135,7 +135,8 @@ def test_cli_refuses_chunkflow_recompute(tmp_path, capsys):
 def test_cli_unknown_format_lists_the_formats(tmp_path, capsys):
     assert main(["export", str(FIG2), "--format", "gpipe", "--out", str(tmp_path / "s")]) == 2
     assert capsys.readouterr().err == ("ltsim export: error: '--format' must be one of "
-                                       "torch-pipelining (got 'gpipe')\n")
+                                       "torch-pipelining (got 'gpipe'). Fix: give --format one "
+                                       "of torch-pipelining\n")
 
 
 @pytest.mark.parametrize("overrides, what", [

@@ -49,6 +49,7 @@ def test_bad_input_gets_one_line_and_exit_2(case, tmp_path, capsys):
     assert "Traceback" not in err
     assert len(lines) == 1, err
     assert case.names in lines[0], lines[0]
+    assert "Fix:" in lines[0], lines[0]  # the rule, the value, and what to do about it
     assert bad.SECRET not in out + err  # never the content of a file it was pointed at
     assert seconds < 20  # a hang guard only
 

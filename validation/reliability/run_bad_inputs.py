@@ -262,7 +262,8 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {QS} --strategies chunkflow,", "--strategies"),
     Case("strategy", f"compare {QS} --strategies chunkflow:k=2:k=3", "--strategies"),
     Case("strategy", f"maxlen {QS} --step 99999999999999999999", "--step"),
-    Case("strategy", f"maxlen {FIG6} --set hardware.gpus_per_node=16 --step 300000000", "--step"),
+    Case("strategy", f"maxlen {FIG6} --set hardware.gpus_per_node=16 --set "
+         "hardware.memory_limit_gib=1 --step 300000000", "--step"),
     Case("strategy", f"maxlen {FIG6} --max-length 4000000000", "--max-length"),
     Case("strategy", f"simulate {EPP} --set strategy.num_slices=200", "strategy.num_slices"),
     *(Case("strategy", f"simulate {EPP} --set strategy.milp_time_limit_s={limit}",
@@ -276,6 +277,31 @@ CASES: tuple[Case, ...] = (
     Case("wrong type", f"simulate {QS} --set model.lora_rank=99999999999", "model.lora_rank"),
     Case("profile tables", f"simulate {QS} --set hardware.attention_kernel=fa9",
          "hardware.attention_kernel"),
+    # -- found by a second probe (2026-11-23, later) ------------------------------------------------
+    *(Case("output path", f"{command} --plot {{tmp}}/figure{suffix}", "--plot")
+      for command in (f"simulate {FIG6}", f"sweep {FIG6} --grid strategy.k=1,2",
+                      "workload describe lmsys-chat-1m", f"maxlen {QS}")
+      for suffix in (".xyz", "")),
+    Case("output path", f"simulate {FIG6} --trace {{tmp}}/same.json --plot {{tmp}}/same.json",
+         "--plot"),
+    Case("output path", "simulate {tmp}/s.toml --trace {tmp}/s.toml", "--trace",
+         (("s.toml", (REPO / FIG6).read_text()),)),
+    Case("--set syntax", f"simulate {FIG6} --set 'seed=1\nname=2'", "--set"),
+    *(Case("strategy", f"simulate {FIG6} --set strategy.name={value}", "strategy.name")
+      for value in ("{a=1}", "[1]")),
+    Case("strategy", f"compare {QS} --strategies chunkflow,chunkflow", "--strategies"),
+    *(Case("profile tables", f"simulate {QS} --set hardware.{key}=''", f"hardware.{key}")
+      for key in ("profile", "attention_kernel")),
+    Case("profile tables", f"simulate {FIG6} --set hardware.profile=cpu-ci", "hardware.profile"),
+    Case("strategy", f"maxlen {FIG6}", "hardware.memory_limit_gib"),
+    Case("command line", "validate scenarios/examples/cpu-llama-tiny-chunkflow.toml --profile cpu-ci "
+         "--tolerance inf", "--tolerance"),
+    *(Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/{name}", name,
+           ((name, body),))
+      for name, body in (("big.txt", f"100\n{10**20}\n"), ("big.jsonl", '{"num_tokens": 1e300}\n'),
+                         ("huge.jsonl", '{"num_tokens": 1' + "0" * 200 + "}\n"),
+                         ("big.csv", f"num_tokens\n100\n{10**20}\n"),
+                         ("deep.jsonl", "[" * 100_000 + "]" * 100_000 + "\n"))),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -384,12 +410,13 @@ def _row(index: int, case: Case) -> dict[str, object]:
     first = lines[0].replace(name, "$TMP") if lines else ""
     return {"case": case, "code": code, "seconds": seconds, "first": first,
             "lines": len(lines), "traceback": "Traceback" in err,
-            "leak": SECRET in err + out, "named": case.names.replace("{tmp}", "") in first}
+            "leak": SECRET in err + out, "named": case.names.replace("{tmp}", "") in first,
+            "fix": "Fix:" in first}
 
 
 def _markdown(rows: list[dict[str, object]]) -> str:
     ok = [r for r in rows if r["code"] == 2 and r["lines"] == 1 and not r["traceback"]
-          and not r["leak"] and r["named"]]
+          and not r["leak"] and r["named"] and r["fix"]]
     slowest = max(rows, key=lambda r: r["seconds"])
     categories = sorted({r["case"].category for r in rows}, key=[c.category for c in CASES].index)
     out = [
@@ -399,7 +426,8 @@ def _markdown(rows: list[dict[str, object]]) -> str:
         "`tests/integration/test_reliability.py` runs the same cases in-process.",
         "",
         f"**{len(ok)} of {len(rows)} bad inputs** are answered with exit 2 and one line on stderr "
-        "that names the key or file, with no traceback and without quoting any file it was "
+        "that names the key or file and ends with a `Fix:`, with no traceback and without "
+        "quoting any file it was "
         f"pointed at (every file holds the marker `{SECRET}`; it never appears). The slowest "
         f"answer took **{slowest['seconds']:.2f} s** (`ltsim {slowest['case'].command}`); times "
         f"are wall-clock for a whole process (interpreter start and imports included) on "
