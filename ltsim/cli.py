@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ltsim.cli_paths import check_distinct, check_folder, check_output, written
 from ltsim.errors import ConfigError, LtsimError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -125,73 +126,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
-_EXAMPLE_NAMES = {"--trace": "trace.json", "--plot": "figure.png", "--db": "sweep.sqlite"}
-
-
-_FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # else matplotlib is asked
-
-
-def _check_figure_suffix(path: Path) -> None:
-    """A --plot path ends in a format matplotlib writes (it would otherwise fail after the work, or
-    write another file than the one named: no suffix means .png added)."""
-    suffix = path.suffix.lower()
-    if suffix in _FIGURE_SUFFIXES:
-        return
-    if suffix:
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        if suffix[1:] in FigureCanvasBase.get_supported_filetypes():
-            return
-    raise ConfigError("--plot", "a file name ending in a figure format (.png, .pdf, .svg, ...)",
-                      str(path), f"e.g. --plot {path.with_suffix('.png')}")
-
-
-def _check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = ()) -> None:
-    """Outputs go to distinct files, none of them an input (a scenario overwritten is lost)."""
-    seen: dict[Path, str] = {}
-    for flag, path in outputs.items():
-        if path is None:
-            continue
-        where = path.resolve()
-        if any(where == p.resolve() for p in inputs):
-            raise ConfigError(flag, "a file other than the command's input", str(path),
-                              "choose another file name (the input would be overwritten)")
-        if where in seen:
-            raise ConfigError(flag, f"a file other than {seen[where]}'s", str(path),
-                              "give each output its own file name")
-        seen[where] = flag
-
-
-def _check_output(flag: str, path: Path | None) -> None:
-    """An output path is checked before the work starts: a file name (not a folder) whose folder
-    exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError."""
-    if path is None:
-        return
-    if flag == "--plot":
-        _check_figure_suffix(path)
-    if path.is_dir():
-        raise ConfigError(flag, "a file path, not a directory", str(path),
-                          f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
-    blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
-    if blocking is not None:
-        raise ConfigError(flag, "a path whose folders are folders", str(path),
-                          "choose another folder", context=f"{blocking} is a file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(flag, "a path whose folder exists or can be created", str(path),
-                          "choose a writable folder", context=exc.strerror or "") from None
-
-
-def _written(flag: str, path: Path, write: Callable[[], Any]) -> None:
-    """Run ``write``; an OSError becomes a ConfigError naming the flag and the file."""
-    try:
-        write()
-    except OSError as exc:
-        raise ConfigError(flag, "a writable file", str(path), "choose a writable folder",
-                          context=exc.strerror or type(exc).__name__) from None
-
-
 def _require_torch(command: str) -> None:
     """``profile`` and ``validate`` measure on a device with torch; say so before anything runs."""
     import importlib
@@ -217,18 +151,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ltsim.runner import run
 
     scenario = load_scenario(args.scenario, args.set)
-    _check_output("--trace", args.trace)
-    _check_output("--plot", args.plot)
-    _check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
+    check_output("--trace", args.trace)
+    check_output("--plot", args.plot)
+    check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
     sim = run(scenario, keep=bool(args.trace or args.plot))
     result = sim.result.to_dict()
     if args.trace:
-        _written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
+        written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
     if args.plot:
         from ltsim.viz import plot_simulation
 
         title = f"{scenario.name}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
-        _written("--plot", args.plot, lambda: plot_simulation(
+        written("--plot", args.plot, lambda: plot_simulation(
             sim.traces[0], args.plot, plan=sim.plans[0], title=title,
             limit_bytes=result["memory_limit_bytes"],
             time_unit="units" if result["unit_costs"] else "auto"))
@@ -296,8 +230,8 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.scenario import load_scenario
 
     base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
-    _check_output("--plot", args.plot)
-    _check_distinct({"--plot": args.plot}, (Path(args.scenario),))
+    check_output("--plot", args.plot)
+    check_distinct({"--plot": args.plot}, (Path(args.scenario),))
     scenarios = [base]
     if args.strategies is not None:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
@@ -312,7 +246,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     if args.plot:
         from ltsim.viz_maxlen import plot_maxlen
 
-        _written("--plot", args.plot, lambda: plot_maxlen(answers, args.plot, title=base.name))
+        written("--plot", args.plot, lambda: plot_maxlen(answers, args.plot, title=base.name))
         text += f"\nplot written to {args.plot}"
     _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
@@ -393,9 +327,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_executor(args.executor)
     if args.top < 1:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
-    _check_output("--plot", args.plot)
-    _check_output("--db", args.db)
-    _check_distinct({"--plot": args.plot, "--db": args.db}, (Path(args.scenario),))
+    check_output("--plot", args.plot)
+    check_output("--db", args.db)
+    check_distinct({"--plot": args.plot, "--db": args.db}, (Path(args.scenario),))
     _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
     show = _progress_bar(time.perf_counter())
@@ -427,12 +361,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         frame = pd.DataFrame([r for r in rows if "error" not in r])
         title = f"{scenario.name}: iteration time"
         if len(keys) >= 2:
-            _written("--plot", args.plot, lambda: plot_heatmap(
+            written("--plot", args.plot, lambda: plot_heatmap(
                 frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
                 path=args.plot, title=title))
             figure = "heatmap"
         else:
-            _written("--plot", args.plot, lambda: plot_line(
+            written("--plot", args.plot, lambda: plot_line(
                 frame, x=keys[0], value="iteration_time_s", feasible="fits", path=args.plot,
                 title=title))
             figure = "line chart"
@@ -475,6 +409,7 @@ class _sigterm_as_interrupt:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     _require_torch("profile")
+    check_folder("--out", getattr(args, "out", None))
     try:
         from ltsim.profiler.cli import run_from_args
     except ImportError as exc:
@@ -514,6 +449,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
         raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
     resolve_profile(args.profile)  # ProfileError now, before anything runs
+    check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
@@ -550,13 +486,13 @@ def cmd_workload(args: argparse.Namespace) -> int:
     if args.max_length < 0:
         raise ConfigError("--max-length", "a non-negative number of tokens (0: no limit)",
                           args.max_length, "e.g. --max-length 32768")
-    _check_output("--plot", args.plot)
+    check_output("--plot", args.plot)
     frame = describe(args.dataset, max_length=args.max_length)
     text = format_describe(frame)
     if args.plot:
         from ltsim.workload import plot_histogram
 
-        _written("--plot", args.plot,
+        written("--plot", args.plot,
                  lambda: plot_histogram(args.dataset, args.plot, max_length=args.max_length))
         text += f"\nhistogram written to {args.plot}"
     records = frame.reset_index().astype(object).where(frame.reset_index().notna(), None)
@@ -571,8 +507,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ltsim.scenario import load_scenario
 
     exporter = get_format(args.format)  # a bad name fails before the simulation runs
-    _check_output("--out", args.out)
-    _check_distinct({"--out": args.out}, (Path(args.scenario),))
+    check_output("--out", args.out)
+    check_distinct({"--out": args.out}, (Path(args.scenario),))
     schedule = exporter(run(load_scenario(args.scenario, args.set)).plans[0])
     try:
         args.out.write_text(schedule.to_csv(), newline="")

@@ -22,8 +22,9 @@ class ConfigError(LtsimError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        where = f"{self.source} @ {self.key}" if self.source else f"'{self.key}'"
-        text = f"{where} must be {self.rule} (got {self.value!r})"
+        source = self.source if self.source.isprintable() else repr(self.source)[1:-1]
+        where = f"{source} @ {self.key}" if source else f"'{self.key}'"
+        text = f"{where} must be {self.rule} (got {_shown(self.value)})"
         if self.context:
             text += f"; {self.context}"
         # every message ends with a fix: the raiser's, or else the rule read as an instruction
@@ -39,6 +40,18 @@ class ConfigError(LtsimError):
         """The same error, prefixed with the file it came from."""
         return ConfigError(self.key, self.rule, self.value, self.fix, source=source,
                            context=self.context)
+
+
+_MAX_SHOWN = 200  # characters of a value quoted in a message
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: on one line, and short (an integer of thousands of digits
+    cannot even be printed: Python refuses past 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "... (cut)"
 
 
 class ProfileError(LtsimError):

@@ -26,6 +26,9 @@ ARCHES = ("llama", "gpt")
 DTYPES = ("bf16", "fp16", "fp32", "fp64")
 
 
+MAX_DIMENSION = 2**24  # a model's widths, depth, heads and vocabulary (the largest are ~10^6)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer's shape.
@@ -85,6 +88,9 @@ class ModelSpec:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{key}", "a positive integer", value)
+            if value > MAX_DIMENSION:
+                raise ConfigError(f"model.{key}", f"at most {MAX_DIMENSION:,} (no model comes "
+                                  "near)", value, f"give model.{key} a realistic value")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError("model.num_attention_heads", "a divisor of model.hidden_size",
                               self.num_attention_heads, f"hidden_size is {self.hidden_size}")

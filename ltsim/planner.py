@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from ltsim.errors import ConfigError, LtsimError
 from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
+MAX_GRID_POINTS = 100_000  # about an hour at this machine's 1,800-6,000 plans per minute
 METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes",
            "static_memory_bytes", "fits",
            "mfu", "tokens_per_s")
@@ -64,6 +66,10 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
             raise ConfigError("--grid", "a list of distinct values", spec,
                               "give each value once (a repeat would run the same points twice)")
         axes.append((key, values))
+    points = math.prod(len(v) for _, v in axes)
+    if points > MAX_GRID_POINTS:  # hours of simulation, and the list alone would fill memory
+        raise ConfigError("--grid", f"a grid of at most {MAX_GRID_POINTS:,} points", points,
+                          "sweep fewer values per key, or split the sweep (a --db resumes it)")
     return [dict(zip([k for k, _ in axes], combo))
             for combo in itertools.product(*(v for _, v in axes))]
 

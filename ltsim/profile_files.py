@@ -23,6 +23,15 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "causal",
                   "pass", "time_s"),
     "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
+    # optional tables: what the cost model reads of them (ltsim/costs/eager.py, compute.py)
+    "eager": ("model", "op", "layers", "num_tokens", "dtype", "time_s"),
+    "elementwise": ("op", "num_tokens", "hidden", "dtype", "pass", "time_s"),
+    "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
+}
+# columns every row must fill with one of a few words
+CHOICE_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "attention": {"pass": ("fwd", "bwd")},
+    "gemm_bwd": {"pass": ("dgrad", "wgrad")},
 }
 METHODS = ("measured", "published", "analytic")
 # columns every row must fill with a positive number (sizes, counts, times)
@@ -31,6 +40,9 @@ POSITIVE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm_bwd": ("m", "n", "k", "time_s"),
     "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "time_s"),
     "collectives": ("group_size", "bytes", "time_s"),
+    "eager": ("layers", "num_tokens", "time_s"),
+    "elementwise": ("num_tokens", "hidden", "time_s"),
+    "optimizer": ("num_params", "time_s"),
 }
 
 
@@ -66,21 +78,29 @@ def read_meta(directory: str | Path) -> ProfileMeta:
     if not path.is_file():
         raise ProfileError(f"profile '{directory}' has no meta.json. Fix: point hardware.profile at a "
                            "directory written by `ltsim profile` or a script under profiles/")
+    fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        meta = ProfileMeta(**data)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise ProfileError(f"{path}: meta.json must be a JSON object of the profile's fields "
-                           f"({exc}). Fix: rewrite it with `ltsim profile` or compare with "
-                           "profiles/cpu-ci/meta.json") from exc
+        meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
                            "`ltsim profile` or the profile's build script") from None
+    except json.JSONDecodeError as exc:  # its place, never the text
+        raise ProfileError(f"{path}: meta.json must be JSON ({exc.msg} at line {exc.lineno}, "
+                           f"column {exc.colno}). {fix}") from None
+    except (ValueError, RecursionError):  # a number past 4300 digits, nesting thousands deep
+        raise ProfileError(f"{path}: meta.json must be plain JSON (flat, with realistic "
+                           f"numbers). {fix}") from None
+    except TypeError:  # an unknown or a missing field: named by the fix, not quoted from the file
+        meta = None
     except OSError as exc:
         raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). Fix: check its "
                            "permissions") from None
+    if meta is None:
+        raise ProfileError(f"{path}: meta.json must be a JSON object of the profile's fields "
+                           f"(device, memory_bytes, method, date, ...). {fix}")
     number = isinstance(meta.memory_bytes, (int, float)) and not isinstance(meta.memory_bytes, bool)
-    if not (number and meta.memory_bytes > 0) or not isinstance(meta.tables, dict) or not all(
+    if not (number and 0 < meta.memory_bytes < 2**60) or not isinstance(meta.tables, dict) or not all(
             isinstance(v, dict) for v in meta.tables.values()):
         raise ProfileError(f"{path}: meta.json must give memory_bytes as a positive number and "
                            "tables as an object of objects. Fix: compare with profiles/cpu-ci/meta.json")
@@ -212,14 +232,22 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
     columns = list(frame.columns)
     missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in columns]
     if missing:
+        # the columns found are the file's first line: counted, never quoted (a profile may be
+        # pointed at any file)
         raise ProfileError(f"{source}: table '{name}' lacks column(s) {', '.join(missing)} "
-                           f"(has {', '.join(map(str, columns))}). Fix: columns must be "
-                           f"{', '.join(TABLE_COLUMNS[name])}")
+                           f"({len(columns)} columns found). Fix: its first line must name the "
+                           f"columns {', '.join(TABLE_COLUMNS[name])}")
     if len(frame) == 0:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
     if "time_s" in columns and not all(_number(v) > 0 for v in frame["time_s"]):
         raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive "
                            f"numbers. Fix: re-run the profiler for {name}")
+    for column, allowed in CHOICE_COLUMNS.get(name, {}).items():
+        bad = [i for i, v in enumerate(frame[column]) if v not in allowed]
+        if bad:  # the row, not its value
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold one of "
+                               f"{', '.join(allowed)} (data row {bad[0] + 1} does not). Fix: "
+                               "correct those rows or re-run the profiler for this table")
     for column in POSITIVE_COLUMNS.get(name, ()):
         values = [_number(v) for v in frame[column]]
         bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]

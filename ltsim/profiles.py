@@ -220,7 +220,11 @@ class Profile:
         attention = read_rows(self.path, "attention")
         collectives = (read_rows(self.path, "collectives")
                        if (self.path / "collectives.csv").is_file() else None)
-        quantum = int(self.meta.tables.get("gemm", {}).get("m_quantum", 0))
+        quantum = self.meta.tables.get("gemm", {}).get("m_quantum", 0)
+        if isinstance(quantum, bool) or not isinstance(quantum, int) or not 0 <= quantum <= 2**20:
+            raise ProfileError(f"{self.path / 'meta.json'}: tables.gemm.m_quantum must be a "
+                               "non-negative integer of at most 1,048,576 (GEMM rows per tile "
+                               "plateau; 0 for none). Fix: correct it or remove the key")
         self._gemm = GemmLookup(gemm.rows("dtype", "m", "n", "k", "time_s"), quantum=quantum)
         self._gemm_bwd = _backward_gemms(self.path, quantum)
         kernel = (attention["kernel"] if "kernel" in attention.columns

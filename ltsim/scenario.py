@@ -47,7 +47,9 @@ SCHEMA: dict[str, dict[str, str]] = {
 _CHECK = {_INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
           _STR: lambda v: isinstance(v, str), _BOOL: lambda v: isinstance(v, bool),
           _NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          _LIST: lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v)}
+          _LIST: lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                       for x in v)}
+MAX_NUMBER = 2**53  # no count, size or degree of a scenario comes near; past it sums lose exactness
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +148,10 @@ def read_toml_file(path: Path, key: str, what: str) -> dict[str, Any]:
     text = read_text_file(path, key, what)
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
+        if not isinstance(exc, tomllib.TOMLDecodeError):
+            raise ConfigError(key, "TOML with numbers of at most 4300 digits", str(path),
+                              "give realistic values") from None
         message = str(exc)
         where = re.search(r"\(at (line \d+, column \d+|end of document)\)", message)
         reason = message[:where.start()].strip() if where else message
@@ -184,7 +189,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     except RecursionError:
         raise ConfigError("--set", "a TOML value nested at most a few hundred levels deep", key,
                           "flatten the value") from None
-    except tomllib.TOMLDecodeError:
+    except ValueError as exc:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
+        if not isinstance(exc, tomllib.TOMLDecodeError):
+            raise ConfigError("--set", "a TOML value with numbers of at most 4300 digits", key,
+                              "give a realistic value") from None
         if value[:1] in "[{\"'" and value:
             raise ConfigError("--set", "a TOML value (e.g. 2, 1.5, true, [4, 2], \"text\")", text,
                               "close the brackets or quotes of the value") from None
@@ -256,12 +264,20 @@ def _check_value(path: str, rule: str | None, value: Any, known: dict[str, str])
                           "remove it or check the spelling")
     if not _CHECK[rule](value):
         raise ConfigError(path, rule, value)
+    for number in value if isinstance(value, list) else (value,):
+        if isinstance(number, (int, float)) and not isinstance(number, bool) and not (
+                abs(number) <= MAX_NUMBER):  # also NaN and infinity
+            raise ConfigError(path, f"{rule} of at most {MAX_NUMBER:,} in size (and finite)", number,
+                              f"give {path} a realistic value")
 
 
 def _build(raw: dict[str, Any], source: str) -> Scenario:
     _check_keys(raw)
     if "name" not in raw:
         raise ConfigError("name", "given (a string naming the scenario)", None, 'add name = "..."')
+    if not raw["name"].strip():
+        raise ConfigError("name", "a non-empty string naming the scenario", raw["name"],
+                          'e.g. name = "llama-8b-64k"')
     strategy = dict(raw.get("strategy", {}))
     if "name" not in strategy:
         raise ConfigError("strategy.name", "given", None, 'add [strategy] name = "megatron-1f1b"')

@@ -38,12 +38,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 import ltsim.memory as mem
 from ltsim.costs.eager import eager_costs
-from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
@@ -320,10 +320,9 @@ class ComputeCosts:
 def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
     """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
     profile has one."""
-    try:
-        table = read_rows(directory, "elementwise")
-    except ProfileError:
-        return {}
+    if not (Path(directory) / "elementwise.csv").exists():
+        return {}  # optional: a profile without it prices without it; a broken one is an error
+    table = read_rows(directory, "elementwise")
     samples: dict[tuple[str, int, str], dict[int, list[float]]] = {}
     for op, width, pass_, tokens, time_s in table.rows("op", "hidden", "pass", "num_tokens",
                                                        "time_s"):

@@ -27,7 +27,6 @@ from functools import lru_cache
 from pathlib import Path
 import statistics
 
-from ltsim.errors import ProfileError
 from ltsim.model import ModelSpec
 from ltsim.plan import Keep, OpKind
 from ltsim.profiles import Table, read_rows
@@ -37,10 +36,9 @@ def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[s
               **match: str) -> Table | None:
     """The table's rows (those equal to ``match`` too) of ``model`` in the model's dtype, else of
     the nearest measured model; None when the profile has no such table."""
-    try:
-        rows = read_rows(directory, table)
-    except ProfileError:
-        return None
+    if not (Path(directory) / f"{table}.csv").exists():
+        return None  # optional: a profile without it prices without it; a broken one is an error
+    rows = read_rows(directory, table)
     rows = rows.where(**match, dtype=model.dtype)
     models = rows["model"]
     if model.name in models:

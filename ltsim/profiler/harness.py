@@ -69,9 +69,11 @@ def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[i
     tp_degrees = list(tp_degrees) or list(DEFAULT_TP[device])
     shards, skipped_tp = usable_shards(models, tp_degrees)
     threads = DEFAULT_THREADS.get(device) if threads is None else threads
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ConfigError("--threads", "a positive integer", threads,
-                          "e.g. --threads 1 (as the executor runs), or omit it")
+    cores = os.cpu_count() or 1
+    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= cores):
+        # torch's thread pool crashes the process (a segfault) asked for 10^8 threads
+        raise ConfigError("--threads", f"a positive integer of at most this machine's {cores} "
+                          "cores", threads, "e.g. --threads 1 (as the executor runs), or omit it")
     for note in skipped_tp:
         log.warning("skipped %s", note)
     group_devices = collective_devices(device)

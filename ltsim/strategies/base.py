@@ -12,6 +12,7 @@ from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
+MAX_OPTION_NUMBER = 2**53  # as scenario.MAX_NUMBER: no option comes near
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
@@ -38,6 +39,12 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
         if expected and (bad_bool or not any(isinstance(value, t) for t in expected)):
             raise ConfigError(f"strategy.{key}", " or ".join(_TYPE_WORDS.get(n, n) for n in names),
                               value)
+        if isinstance(value, float) and value != value:  # NaN (infinity may mean "no cap")
+            raise ConfigError(f"strategy.{key}", "a number", value,
+                              f"give strategy.{key} a number")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_OPTION_NUMBER:
+            raise ConfigError(f"strategy.{key}", f"an integer of at most {MAX_OPTION_NUMBER:,} in "
+                              "size", value, f"give strategy.{key} a realistic value")
     options = options_type(**raw)
     check = getattr(options, "validate", None)
     if check is not None:

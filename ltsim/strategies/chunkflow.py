@@ -125,6 +125,8 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     keep = keep_policy(ctx.parallel.recompute)
+    size = options.chunk_size  # the whole batch's chunks at least, before any replica is built
+    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size)
     chunks: list[Chunk] = []
     replicas = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):

@@ -26,6 +26,7 @@ from ltsim.strategies import epp
 from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.epp_chunking import Unit, chunk_fixed, mesh
 from ltsim.strategies.infinipipe import build, uncheckpointed_keep
+from ltsim.strategies.schedule import check_chunk_count
 
 NAME = "seq1f1b"
 VARIANTS = ("original", "enhanced")
@@ -69,6 +70,12 @@ def segments(seq: int, length: int, options: Options, costs: epp.StageCosts) -> 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     keep = uncheckpointed_keep(ctx, NAME, options.checkpointing)
+    if options.variant == "enhanced":  # at least a chunk per chunk_size tokens
+        check_chunk_count(-(-sum(batch) // options.chunk_size), "strategy.chunk_size",
+                          options.chunk_size)
+    else:  # a segment per split of every sequence (at most its tokens)
+        check_chunk_count(sum(min(options.num_splits, n) for n in batch), "strategy.num_splits",
+                          options.num_splits)
 
     def make_units(costs: epp.StageCosts, capacity: int, lengths: dict[int, int], n: int
                    ) -> list[Unit]:

@@ -152,6 +152,7 @@ def test_a_first_length_the_strategy_refuses_blames_the_step(capsys):
     """A length-dependent limit (the 1e9-token batch) at the first step is the step's fault,
     not the scenario's (whose own lengths are four tokens)."""
     assert main(["maxlen", str(REPO / "scenarios" / "examples" / "chunkflow-fig2-equal.toml"),
-                 "--set", "hardware.gpus_per_node=16", "--step", "300000000"]) == 2
+                 "--set", "hardware.gpus_per_node=16", "--set", "hardware.memory_limit_gib=1",
+                 "--step", "300000000"]) == 2
     err = capsys.readouterr().err
     assert "'--step' must be a length the strategy can plan" in err and err.count("Fix:") == 1

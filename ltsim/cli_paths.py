@@ -1,0 +1,89 @@
+"""Output paths of the commands, checked before any work starts (a figure's format, folders that
+exist or can be made, outputs that do not overwrite an input or each other) and written with an
+OSError turned into a ConfigError naming the flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ltsim.errors import ConfigError
+
+_EXAMPLE_NAMES = {"--trace": "trace.json", "--plot": "figure.png", "--db": "sweep.sqlite"}
+_FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # else matplotlib is asked
+
+
+def check_figure_suffix(path: Path) -> None:
+    """A --plot path ends in a format matplotlib writes (it would otherwise fail after the work, or
+    write another file than the one named: no suffix means .png added)."""
+    suffix = path.suffix.lower()
+    if suffix in _FIGURE_SUFFIXES:
+        return
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        if suffix[1:] in FigureCanvasBase.get_supported_filetypes():
+            return
+    raise ConfigError("--plot", "a file name ending in a figure format (.png, .pdf, .svg, ...)",
+                      str(path), f"e.g. --plot {path.with_suffix('.png')}")
+
+
+def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = ()) -> None:
+    """Outputs go to distinct files, none of them an input (a scenario overwritten is lost)."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        where = path.resolve()
+        if any(where == p.resolve() for p in inputs):
+            raise ConfigError(flag, "a file other than the command's input", str(path),
+                              "choose another file name (the input would be overwritten)")
+        if where in seen:
+            raise ConfigError(flag, f"a file other than {seen[where]}'s", str(path),
+                              "give each output its own file name")
+        seen[where] = flag
+
+
+def check_output(flag: str, path: Path | None) -> None:
+    """An output path is checked before the work starts: a file name (not a folder) whose folder
+    exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError."""
+    if path is None:
+        return
+    if flag == "--plot":
+        check_figure_suffix(path)
+    if path.is_dir():
+        raise ConfigError(flag, "a file path, not a directory", str(path),
+                          f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
+    blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    if blocking is not None:
+        raise ConfigError(flag, "a path whose folders are folders", str(path),
+                          "choose another folder", context=f"{blocking} is a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(flag, "a path whose folder exists or can be created", str(path),
+                          "choose a writable folder", context=exc.strerror or "") from None
+
+
+def check_folder(flag: str, path: Path | None) -> None:
+    """An output folder is checked before the work starts (measuring takes minutes): a folder that
+    exists or can be made. Raises ConfigError."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(flag, "a folder, not a file", str(path), "name a new or existing folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(flag, "a folder that exists or can be created", str(path),
+                          "choose a writable place", context=exc.strerror or "") from None
+
+
+def written(flag: str, path: Path, write: Callable[[], Any]) -> None:
+    """Run ``write``; an OSError becomes a ConfigError naming the flag and the file."""
+    try:
+        write()
+    except OSError as exc:
+        raise ConfigError(flag, "a writable file", str(path), "choose a writable folder",
+                          context=exc.strerror or type(exc).__name__) from None
