@@ -234,6 +234,9 @@ def load_dataset(dataset: str) -> LengthBins | LengthArray:
         raise ConfigError(KEY, f"a built-in dataset ({', '.join(dataset_names())}) or a path to a "
                           f"{'/'.join(FILE_SUFFIXES)} length file", dataset,
                           "pick one of the names, or give a file path")
+    if path.exists() and not path.is_file():  # a folder, a FIFO, a device
+        raise ConfigError(KEY, "a regular file of lengths", dataset,
+                          "point it at the length file itself (.txt, .csv, .jsonl or .parquet)")
     if not path.is_file():
         raise ConfigError(KEY, "an existing length file", dataset,
                           f"check the path (relative paths start at {Path.cwd()})")

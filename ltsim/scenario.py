@@ -300,6 +300,10 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     work["lengths"] = tuple(work.get("lengths", ()))
     if work.get("dataset"):
         work["dataset"] = resolve_dataset(work["dataset"], source)
+        if "global_batch_size" not in work and not work["lengths"]:
+            raise ConfigError("workload.global_batch_size", "given with workload.dataset (how many "
+                              "sequences a global batch draws)", None,
+                              "add global_batch_size = 256 (or your batch) to [workload]")
     workload = Workload(**work).validate()
     if parallel.dp > workload.batch_size:
         raise ConfigError("workload.global_batch_size", f"at least parallel.dp = {parallel.dp}",

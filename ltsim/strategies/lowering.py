@@ -368,13 +368,20 @@ def _per_step_reduction(device: Device, compute: list[Op], chunks: list[int], co
     the reduction stays at the step end."""
     spans = {chunk: (first, last) for first, last, chunk in _backward_spans(compute)}
     out = []
+    latest = -1  # the last backward op of micro-steps 0..m: reduction m runs after it
     for m in range(count):
         span = spans.get(chunks[m]) if m < len(chunks) else None
         out.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                       name=f"dp-grad-{m}", comm=grads, group=group,
                       start_deps=(compute[span[0]].key,) if span else ()))
-        nxt = span[1] + 1 if span else len(compute)
-        if nxt < len(compute) and compute[nxt].chunk > chunks[m]:  # the next micro-step waits
+        if span is None:
+            continue
+        latest = max(latest, span[1])
+        nxt = span[1] + 1
+        # the next micro-step waits, unless an earlier micro-step's backward runs later (Seq1F1B
+        # back-propagates a sequence's chunks last first): reduction m, queued behind that one's,
+        # cannot be waited for before it (a deadlock), so the wait falls away
+        if nxt < len(compute) and compute[nxt].chunk > chunks[m] and latest == span[1]:
             compute[nxt] = compute[nxt].with_deps((out[-1].key,))
     return out
 

@@ -218,3 +218,25 @@ def test_zero3_gathers_and_per_step_reductions_never_deadlock(name, dp, cp, buck
                          strategy.parse({"bucket_size": bucket})).validate()
     trace = unit_engine().run(plan)
     assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(["seq1f1b", "infinipipe", "chunkflow"]), zero_stage=st.sampled_from([2, 3]),
+       lengths=st.lists(st.integers(1, 160), min_size=2, max_size=8))
+def test_per_step_reductions_without_pipeline_follow_backwards_run_last_chunk_first(
+        name, zero_stage, lengths):
+    """Seq1F1B, InfiniPipe and ChunkFlow back-propagate a sequence's chunks last chunk first. With
+    no pipeline and ZeRO-2/3 (a reduction per micro-step, which the next micro-step waits for), a
+    forward waited for the reduction of a chunk whose backward, and the reductions queued before
+    it, came after that forward: a deadlock (found on scenarios/infinipipe/gpt-7b-64k-seq1f1b.toml
+    with parallel.pp = 1)."""
+    from ltsim.strategies import get_strategy
+    from tests.conftest import unit_ctx, unit_engine
+
+    strategy = get_strategy(name)
+    options = {"chunk_size": 32} if name != "infinipipe" else {}
+    plan = strategy.plan(tuple(lengths), unit_ctx(pp=1, dp=2, zero_stage=zero_stage,
+                                                  recompute="selective"),
+                         strategy.parse(options)).validate()
+    trace = unit_engine().run(plan)  # a deadlock raises PlanError
+    assert len(trace.events) == sum(len(p.ops) for p in plan.programs)

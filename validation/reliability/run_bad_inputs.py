@@ -331,6 +331,11 @@ CASES: tuple[Case, ...] = (
          (("f.txt", "x\n"),)),
     Case("command line", "profile --device cpu --quick --out {tmp}/p --threads 100000000",
          "--threads"),
+    Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/folder.txt", "folder.txt",
+         (("folder.txt", DIR),)),
+    Case("scenario file", "simulate {tmp}/s.toml", "workload.global_batch_size",
+         (("s.toml", 'name = "x"\n[model]\npreset = "qwen2.5-7b"\n[workload]\n'
+                     'dataset = "lmsys-chat-1m"\n[strategy]\nname = "megatron-1f1b"\n'),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
