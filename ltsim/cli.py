@@ -162,10 +162,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from ltsim.viz import plot_simulation
 
         title = f"{scenario.name}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
-        written("--plot", args.plot, lambda: plot_simulation(
-            sim.traces[0], args.plot, plan=sim.plans[0], title=title,
-            limit_bytes=result["memory_limit_bytes"],
-            time_unit="units" if result["unit_costs"] else "auto"))
+        written("--plot", args.plot, lambda: plot_simulation(sim, args.plot, title=title))
     text = format_result(result)
     for label, path in (("trace", args.trace), ("plot", args.plot)):
         if path:

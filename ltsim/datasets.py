@@ -278,9 +278,9 @@ def _not_integer(path: str, where: str) -> ConfigError:
 def _as_lengths(path: str, values: list[int], where: Callable[[int], str]) -> np.ndarray:
     """The lengths as an int64 array; a length past the size guard is refused by its place (it
     would not fit the array, and no model trains such a sequence)."""
-    for row, value in enumerate(values):
-        if value > MAX_SEQUENCE_TOKENS:
-            raise _too_long(path, where(row))
+    if values and max(values) > MAX_SEQUENCE_TOKENS:
+        row = next(i for i, value in enumerate(values) if value > MAX_SEQUENCE_TOKENS)
+        raise _too_long(path, where(row))
     return np.array(values, dtype=np.int64)
 
 
@@ -341,8 +341,6 @@ def _read_jsonl(path: str) -> Rows:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (
                 isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer())):
             raise _not_integer(path, f"line {i + 1}")
-        if raw > MAX_SEQUENCE_TOKENS:  # before int(): 1e300 is a float, but no length
-            raise _too_long(path, f"line {i + 1}")
         values.append(int(raw)), numbers.append(i)
     where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
     return _as_lengths(path, values, where), where

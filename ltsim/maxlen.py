@@ -39,8 +39,7 @@ from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
 from ltsim.trace import Trace
-
-NO_LIMIT_BYTES = 2**60  # a memory limit at least this large is none (the unit preset's 2**62)
+from ltsim.units import NO_LIMIT_BYTES
 
 DEVICE_TERMS = ("weights", "gradients", "optimizer", "activations", "kv_state", "logits", "working")
 TERMS = DEVICE_TERMS + ("host",)

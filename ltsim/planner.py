@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import math
 import json
+import math
 import os
 import re
 import signal
@@ -30,7 +30,9 @@ from ltsim.errors import ConfigError, LtsimError
 from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
-MAX_GRID_POINTS = 100_000  # about an hour at this machine's 1,800-6,000 plans per minute
+# 17-55 minutes at the 1,824-5,951 plans per minute measured on a 2-core machine
+# (validation/perf/README.md); past it a sweep is hours, and its point list fills memory
+MAX_GRID_POINTS = 100_000
 METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes",
            "static_memory_bytes", "fits",
            "mfu", "tokens_per_s")

@@ -212,6 +212,14 @@ def _typed(fields: list[str]) -> list:
     return [f if f != "" else None for f in fields]
 
 
+def read_optional_rows(directory: str | Path, name: str) -> Table | None:
+    """``read_rows`` for a table a profile may leave out: None when ``<name>.csv`` is absent; a file
+    that is there but broken is a ProfileError like any table's."""
+    if not (Path(directory) / f"{name}.csv").exists():
+        return None
+    return read_rows(directory, name)
+
+
 def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
     """``read_rows`` as a pandas DataFrame (for the profiler and validation scripts)."""
     import pandas as pd

@@ -47,12 +47,13 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 CONTEXT_SUFFIX = "+context"
 CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
 from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, ProfileMeta, Table,
-                                 check_table, read_meta, read_rows, read_table, write_meta,
-                                 write_table)
+                                 check_table, read_meta, read_optional_rows, read_rows, read_table,
+                                 write_meta, write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "POSITIVE_COLUMNS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_KERNEL", "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles",
-           "check_table", "load_profile", "read_meta", "read_rows", "read_table", "resolve_profile",
+           "check_table", "load_profile", "read_meta", "read_optional_rows", "read_rows", "read_table",
+           "resolve_profile",
            "write_meta", "write_table"]
 
 
@@ -189,9 +190,9 @@ def _stand_in(dtype: str, dtypes: tuple[str, ...]) -> str:
 
 def _backward_gemms(directory: Path, quantum: int) -> dict[str, GemmLookup] | None:
     """gemm_bwd.csv's dgrad and wgrad rows, each keyed by its forward GEMM's (m=T, n=N, k=K)."""
-    if not (directory / "gemm_bwd.csv").is_file():
+    table = read_optional_rows(directory, "gemm_bwd")
+    if table is None:
         return None
-    table = read_rows(directory, "gemm_bwd")
     parts = {"dgrad": ("dtype", "m", "k", "n", "time_s"),  # dX[T,K] = dY[T,N] W[N,K]
              "wgrad": ("dtype", "k", "m", "n", "time_s")}  # dW[N,K] = dY^T[N,T] X[T,K]
     lookups = {}
@@ -218,8 +219,7 @@ class Profile:
         self.meta = read_meta(self.path)
         gemm = read_rows(self.path, "gemm")
         attention = read_rows(self.path, "attention")
-        collectives = (read_rows(self.path, "collectives")
-                       if (self.path / "collectives.csv").is_file() else None)
+        collectives = read_optional_rows(self.path, "collectives")
         quantum = self.meta.tables.get("gemm", {}).get("m_quantum", 0)
         if isinstance(quantum, bool) or not isinstance(quantum, int) or not 0 <= quantum <= 2**20:
             raise ProfileError(f"{self.path / 'meta.json'}: tables.gemm.m_quantum must be a "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from ltsim.units import fmt_bytes, fmt_seconds
+from ltsim.units import NO_LIMIT_BYTES, fmt_bytes, fmt_seconds
 
 
 def _fmt_pct(x: float | None) -> str:
@@ -59,7 +59,7 @@ def format_result(d: dict[str, Any]) -> str:
 
 
 def _limit(num_bytes: int, memory=fmt_bytes) -> str:
-    return "none" if num_bytes >= 2**60 else memory(num_bytes)
+    return "none" if num_bytes >= NO_LIMIT_BYTES else memory(num_bytes)
 
 
 def _rate(x: float) -> str:
@@ -145,9 +145,9 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
     """``ltsim maxlen``: per strategy the longest fitting sequence, its time per token, its peak and
     the largest terms there, and what stops the next step."""
     rows = []
-    time, memory = _formats([a.to_dict() for a in answers])
-    for answer in answers:
-        d = answer.to_dict()
+    dicts = [a.to_dict() for a in answers]
+    time, memory = _formats(dicts)
+    for answer, d in zip(answers, dicts):
         terms = sorted(d["terms_bytes"].items(), key=lambda kv: -kv[1])
         d["top_terms"] = ", ".join(f"{k} {memory(v)}" for k, v in terms[:3] if v)
         d["label"] = answer.strategy + (" " + _options(answer.options) if answer.options else "")

@@ -17,7 +17,7 @@ from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD
 from ltsim.model import ModelSpec, get_model
 from ltsim.parallel import ParallelConfig
-from ltsim.units import GiB
+from ltsim.units import MAX_NUMBER, GiB
 from ltsim.workload import Workload
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -49,7 +49,6 @@ _CHECK = {_INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
           _NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
           _LIST: lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
                                                        for x in v)}
-MAX_NUMBER = 2**53  # no count, size or degree of a scenario comes near; past it sums lose exactness
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

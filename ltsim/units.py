@@ -13,6 +13,9 @@ TFLOPS = 1e12
 MS = 1e-3
 US = 1e-6
 
+NO_LIMIT_BYTES = 2**60  # a memory limit at least this large is none (the unit preset's is 2**62)
+MAX_NUMBER = 2**53  # no count, size or degree of a scenario comes near; past it sums lose exactness
+
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.plan import STREAMS
+from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -281,7 +282,7 @@ def _draw_limit(ax: "Axes", limit_bytes: int | None, peak: int, size: float, uni
     if limit_bytes <= 3 * peak:
         ax.axhline(limit_bytes / size, color="#d62728", ls="--", lw=1.4,
                    label=f"limit {limit_bytes / size:.3g} {unit}")
-    elif limit_bytes < 2**60:  # the unit preset's "no limit" sentinel is not worth a note
+    elif limit_bytes < NO_LIMIT_BYTES:  # the unit preset's "no limit" is not worth a note
         ax.text(0.995, 0.97, f"limit {limit_bytes / size:.3g} {unit} (off scale)", ha="right",
                 va="top", transform=ax.transAxes, fontsize=8, color="#d62728")
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -48,7 +47,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
-from ltsim.profiles import Profile, read_rows
+from ltsim.profiles import Profile, read_optional_rows
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
@@ -320,9 +319,9 @@ class ComputeCosts:
 def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
     """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
     profile has one."""
-    if not (Path(directory) / "elementwise.csv").exists():
-        return {}  # optional: a profile without it prices without it; a broken one is an error
-    table = read_rows(directory, "elementwise")
+    table = read_optional_rows(directory, "elementwise")
+    if table is None:
+        return {}
     samples: dict[tuple[str, int, str], dict[int, list[float]]] = {}
     for op, width, pass_, tokens, time_s in table.rows("op", "hidden", "pass", "num_tokens",
                                                        "time_s"):

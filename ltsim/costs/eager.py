@@ -29,16 +29,16 @@ import statistics
 
 from ltsim.model import ModelSpec
 from ltsim.plan import Keep, OpKind
-from ltsim.profiles import Table, read_rows
+from ltsim.profiles import Table, read_optional_rows
 
 
 def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str],
               **match: str) -> Table | None:
     """The table's rows (those equal to ``match`` too) of ``model`` in the model's dtype, else of
     the nearest measured model; None when the profile has no such table."""
-    if not (Path(directory) / f"{table}.csv").exists():
-        return None  # optional: a profile without it prices without it; a broken one is an error
-    rows = read_rows(directory, table)
+    rows = read_optional_rows(directory, table)
+    if rows is None:
+        return None
     rows = rows.where(**match, dtype=model.dtype)
     models = rows["model"]
     if model.name in models:

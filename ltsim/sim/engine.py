@@ -319,7 +319,8 @@ def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
     memory = _levels(compiled.programs, mem, static)
     host_memory = _levels(compiled.programs, host_mem, compiled.host_static)
     return Trace(events=EventTable(ops, compiled.programs, start, finish), memory=memory,
-                 static_bytes=tuple(static), host_memory=host_memory, host_static_bytes=tuple(compiled.host_static))
+                 static_bytes=tuple(static), host_memory=host_memory,
+                 host_static_bytes=tuple(compiled.host_static))
 
 
 def _release_first(change: tuple[float, int]) -> tuple[float, bool]:

@@ -10,9 +10,9 @@ from ltsim.costs import CostModel
 from ltsim.errors import ConfigError
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
+from ltsim.units import MAX_NUMBER
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
-MAX_OPTION_NUMBER = 2**53  # as scenario.MAX_NUMBER: no option comes near
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
@@ -42,8 +42,8 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
         if isinstance(value, float) and value != value:  # NaN (infinity may mean "no cap")
             raise ConfigError(f"strategy.{key}", "a number", value,
                               f"give strategy.{key} a number")
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_OPTION_NUMBER:
-            raise ConfigError(f"strategy.{key}", f"an integer of at most {MAX_OPTION_NUMBER:,} in "
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+            raise ConfigError(f"strategy.{key}", f"an integer of at most {MAX_NUMBER:,} in "
                               "size", value, f"give strategy.{key} a realistic value")
     options = options_type(**raw)
     check = getattr(options, "validate", None)

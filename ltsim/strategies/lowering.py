@@ -63,6 +63,14 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         works: dict = {}  # one Work per distinct value: F and B of a chunk share it
         effects: dict = {}  # and one Buffer per distinct buffer (_resolve)
         resolved: dict = {}  # an action's allocs or frees on a work: resolved once
+
+        def effects_of(mems, action: Action, work: Work) -> tuple:
+            rkey = (mems, id(work), action.keep)
+            out = resolved.get(rkey)
+            if out is None:
+                out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects)
+            return out
+
         for action in schedule.orders.get(device.index, ()):
             wkey = (action.chunk, action.layers, action.slices, action.split, action.head,
                     action.tiling)
@@ -70,19 +78,8 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
             if work is None:
                 work = works[wkey] = _work(action, chunks[action.chunk].slices, action.chunk,
                                            device, split)
-            allocs = frees = ()
-            if action.allocs:
-                rkey = (action.allocs, id(work), action.keep)
-                allocs = resolved.get(rkey)
-                if allocs is None:
-                    allocs = resolved[rkey] = _resolve(action.allocs, action, work, device, chunks,
-                                                       effects)
-            if action.frees:
-                rkey = (action.frees, id(work), action.keep)
-                frees = resolved.get(rkey)
-                if frees is None:
-                    frees = resolved[rkey] = _resolve(action.frees, action, work, device, chunks,
-                                                      effects)
+            allocs = effects_of(action.allocs, action, work) if action.allocs else ()
+            frees = effects_of(action.frees, action, work) if action.frees else ()
             ops.append(make_op(action.kind, index, stage, action.chunk, action.name, "compute", work,
                                action.keep, "", None, action.deps, (), allocs, frees, ()))
         programs[(device.index, "compute")] = tuple(ops)

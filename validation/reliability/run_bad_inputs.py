@@ -512,9 +512,11 @@ def _markdown(rows: list[dict[str, object]]) -> str:
             "simulate scenarios/examples/chunkflow-fig6-cs2-k1.toml --set "
             "workload.lengths=[100000000]` (ChunkFlow, chunk_size = 2: 5*10^7 chunks) used to plan "
             "for minutes and is now a row of the table above. The bound was 10^6 until a second "
-            "probe (2026-11-23) found batches under it that planned for minutes "
-            "(`strategy.chunk_size=1` on the 256K ChunkFlow scenario: 49,971 chunks); 16,384 "
-            "chunks at pp 8 replay in about 10 s, and the largest bundled or benchmarked batch "
+            "probe (2026-11-23) found batches under it that ran past its 60 s limit "
+            "(`compare` with `chunkflow:chunk_size=1` on the 256K ChunkFlow scenario, whose "
+            "batches hold up to 49,971 chunks); at the 18 us an op measured on the 1024-GPU plan "
+            "(validation/perf/phases.py) 16,384 chunks at pp 8 replay in about 7 s, and the "
+            "largest bundled or benchmarked batch "
             "holds 8,192. A sweep grid is bounded at 100,000 points, model widths, depth, heads "
             "and vocabulary at 2^24, and every number of a scenario at 2^53.", "",
             "## Answered, not refused", "",
