@@ -103,7 +103,7 @@ class OpKey(NamedTuple):
 
 def op_key(device: int, stage: int, kind: OpKind, chunk: int = -1, name: str = "") -> OpKey:
     """The one way to make an op key (deps are lists of these)."""
-    return OpKey(device, stage, kind, chunk, name)
+    return _tuple_new(OpKey, (device, stage, kind, chunk, name))  # NamedTuple's own __new__ is Python
 
 
 class _OpFields(NamedTuple):
@@ -147,7 +147,7 @@ class Op(_OpFields):
                 allocs: tuple = (), frees: tuple = (), group: tuple = (), key: object = None) -> "Op":
         return _tuple_new(cls, (kind, device, stage, chunk, name, stream or KINDS[kind].stream, work,
                                 keep, part, comm, deps, start_deps, allocs, frees, group,
-                                OpKey(device, stage, kind, chunk, name)))
+                                _tuple_new(OpKey, (device, stage, kind, chunk, name))))
 
     @property
     def token(self) -> str:
@@ -171,7 +171,8 @@ def make_op(kind: OpKind, device: int, stage: int, chunk: int, name: str, stream
     """``Op(...)`` with every field given by position, for the lowering's hot loops (keyword
     calls cost a third of an op's construction)."""
     return _tuple_new(Op, (kind, device, stage, chunk, name, stream, work, keep, part, comm, deps,
-                           start_deps, allocs, frees, group, OpKey(device, stage, kind, chunk, name)))
+                           start_deps, allocs, frees, group,
+                           _tuple_new(OpKey, (device, stage, kind, chunk, name))))
 
 
 def parse_token(token: str) -> tuple[int, OpKind, int, str]:

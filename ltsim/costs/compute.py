@@ -36,6 +36,7 @@ CP communication, ZeRO gathers and the DP reduction are comm ops of their own (c
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -173,8 +174,9 @@ class ComputeCosts:
         attn = 0.0
         if part != "dense" and kind is not OpKind.W:
             attn_pass = "bwd" if backward else "fwd"
-            attn = layers * sum(self.attention_s(s.num_tokens, s.stop, attn_pass, split)
-                                for s in work.slices)
+            attention_s = self.attention_s
+            attn = layers * sum([attention_s(s.stop - s.start, s.stop, attn_pass, split)
+                                 for s in work.slices])
         if part == "attn":
             return attn
         tokens = max(1, -(-work.num_tokens // split.cp))
@@ -332,7 +334,8 @@ def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
         tokens = sorted(by_tokens)
         # more tokens never take less time: a measured dip at small counts (launch-bound rows
         # are noisy) is lifted to the running maximum, as lookup.py's curves do for GEMMs
-        times = np.maximum.accumulate([float(np.median(by_tokens[t])) for t in tokens])
+        # (statistics.median: numpy's imports numpy.ma on first use, 17 ms of every start-up)
+        times = np.maximum.accumulate([float(statistics.median(by_tokens[t])) for t in tokens])
         curves[key] = (np.log(np.asarray(tokens, dtype=float)), np.log(times))
     return curves
 

@@ -20,6 +20,8 @@ place the allowance is applied; a plan fits when its tensor peak is below it.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import ltsim.memory as mem
 from ltsim.costs.buffers import BufferCosts
 from ltsim.costs.comm import CommCosts
@@ -32,6 +34,13 @@ from ltsim.profiles import SDPA_KERNEL, load_profile
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
+
+
+@lru_cache(maxsize=16)
+def _flops_table(model: ModelSpec) -> dict[tuple[int, int], float]:
+    """One slice-FLOPs memo per model, shared by the cost models of a sweep's points (values of
+    the model alone)."""
+    return {}
 
 
 class TableCostModel:
@@ -55,7 +64,7 @@ class TableCostModel:
                                      accumulate_grads=grad_dtype == "model")
         _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
-        self._flops: dict[tuple[int, int], float] = {}  # (tokens, context) -> model_flops term
+        self._flops = _flops_table(model)  # (tokens, context) -> model_flops term
 
     def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
         return self._compute.time_s(kind, work, part, keep)

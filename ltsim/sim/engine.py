@@ -78,18 +78,33 @@ class Compiled:
         self.host_static = host_static  # per device: what it keeps in host memory throughout
 
 
-def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
-    """Price every op once per distinct shape and turn keys into integer ids."""
+class Prices:
+    """What a cost model said, by value: durations per (kind, cost shape, part, keep) and per comm
+    key, buffer and working-set bytes per shape, optimizer steps per device. An Engine keeps one
+    for all the plans it replays (the batches of a run share most shapes); values only, so sound
+    for any plan priced by the same cost model."""
+
+    __slots__ = ("durations", "buffers", "working", "optimizer")
+
+    def __init__(self) -> None:
+        self.durations: dict = {}
+        self.buffers: dict = {}
+        self.working: dict = {}
+        self.optimizer: dict = {}
+
+
+def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
+    """Price every op once per distinct shape and turn keys into integer ids. ``prices``: what
+    earlier plans priced with the same ``cost`` (an Engine's), filled in as a side effect."""
+    prices = prices or Prices()
     ops = [op for program in plan.programs for op in program.ops]
     ids = {op.key: i for i, op in enumerate(ops)}
     # The caches below are keyed by object identity where the plan shares objects (a Work is
     # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
     shapes: dict = {}  # id(Work) -> its cost shape
-    prices: dict = {}
-    sizes: dict = {}
     sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
-    working: dict = {}
-    optimizer: dict = {}
+    durations, sizes, working, optimizer = (prices.durations, prices.buffers, prices.working,
+                                            prices.optimizer)
 
     def shape(work) -> tuple:
         value = shapes.get(id(work))
@@ -126,19 +141,19 @@ def compile_plan(plan: Plan, cost: CostModel) -> Compiled:
         elif comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then by
             pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
                     comm.steps, comm.gpus)  # comm_key, which sends on other GPUs share
-            value = prices.get(pkey)
+            value = durations.get(pkey)
             if value is None:
                 ckey = ("comm", cost.comm_key(comm))
-                value = prices.get(ckey)
+                value = durations.get(ckey)
                 if value is None:
-                    value = prices[ckey] = duration_s(cost, op)
-                prices[pkey] = value
+                    value = durations[ckey] = duration_s(cost, op)
+                durations[pkey] = value
             return value
         else:
             return duration_s(cost, op)  # raises: the op carries neither
-        value = prices.get(pkey)
+        value = durations.get(pkey)
         if value is None:
-            value = prices[pkey] = duration_s(cost, op)
+            value = durations[pkey] = duration_s(cost, op)
         return value
 
     steps = []
@@ -179,10 +194,11 @@ class Engine:
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
+        self.prices = Prices()  # shared by every plan this engine replays
 
     def run(self, plan: Plan) -> Trace:
         with paused():  # many short-lived objects and no cycles (ltsim/gcpause.py)
-            compiled = compile_plan(plan, self.cost)
+            compiled = compile_plan(plan, self.cost, self.prices)
             if plan.mirrors and not mirrors_price_alike(compiled, self.cost):
                 return self.run(plan.expand())
             classes = replica_classes(plan, compiled)

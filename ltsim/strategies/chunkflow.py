@@ -36,6 +36,7 @@ activations do not pile up behind it. With no dependent chunks this is exactly M
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
@@ -69,19 +70,30 @@ class Options:
 
 def construct_chunks(seq_ids: list[int], lengths: tuple[int, ...], options: Options,
                      first_index: int = 0, replica: int = 0) -> tuple[list[Chunk], list[list[int]]]:
-    """Algorithm 1. Returns the chunks and the dependent groups (chunk indices, in sequence order)."""
-    size = options.chunk_size
+    """Algorithm 1. Returns the chunks and the dependent groups (chunk indices, in sequence order).
+    The same batch and ChunkSize give the same chunks whatever K is, so a sweep over K (or the
+    batches a run repeats) construct them once (``_chunks``, a small memo of immutable chunks)."""
+    chunks, groups = _chunks(tuple(seq_ids), tuple(lengths), options.chunk_size, options.packing,
+                             options.order, first_index, replica)
+    return list(chunks), [list(g) for g in groups]
+
+
+@lru_cache(maxsize=64)
+def _chunks(seq_ids: tuple[int, ...], lengths: tuple[int, ...], size: int, packing: str,
+            order: str, first_index: int, replica: int
+            ) -> tuple[tuple[Chunk, ...], tuple[tuple[int, ...], ...]]:
     check_chunk_count(sum(-(-lengths[s] // size) for s in seq_ids), "strategy.chunk_size", size)
     groups = [split_sequence(s, lengths[s], size, replica) for s in seq_ids if lengths[s] > size]
     short_ids = [s for s in seq_ids if lengths[s] <= size]
-    standalone = pack_sequences(short_ids, lengths, size, options.packing, replica)
-    if options.order == "dependent-last":
+    standalone = pack_sequences(short_ids, lengths, size, packing, replica)
+    if order == "dependent-last":
         units = [[c] for c in standalone] + groups
-    elif options.order == "longest-first":
+    elif order == "longest-first":
         units = sorted(groups + [[c] for c in standalone], key=lambda u: -sum(c.num_tokens for c in u))
     else:
         units = groups + [[c] for c in standalone]
-    return renumber(units, first_index)
+    chunks, dependent = renumber(units, first_index)
+    return tuple(chunks), tuple(tuple(g) for g in dependent)
 
 
 def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int

@@ -27,6 +27,7 @@ per device and stream) to a new Draft:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Callable
 
 from ltsim.plan import (NO_TILING, STREAMS, WORK_KINDS, Buffer, Comm, Device, Keep, Op, OpKind, Plan, Program,
@@ -131,7 +132,6 @@ def add_p2p(draft: Draft) -> Draft:
     first_gpu = {d.index: layout.gpus_of(d)[0] for d in devices}
     chain = {(d.replica, d.cp_rank, d.stage): d for d in devices}
     F, B = OpKind.F, OpKind.B
-    SEND = {F: OpKind.SEND_F, B: OpKind.SEND_B}
     changes = {}
     for device in draft.schedule.live_devices:
         prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
@@ -141,39 +141,52 @@ def add_p2p(draft: Draft) -> Draft:
         # after its last op that writes the stage output (several ops when a strategy splits layers).
         first, stop = device.layers
         receives, sends = {}, {}
-        for i, op in enumerate(ops):
-            kind, work = op.kind, op.work
+        for i, (kind, chunk, work) in enumerate(map(_KIND_CHUNK_WORK, ops)):
             if work is None or (kind is not F and kind is not B):
                 continue
             low, high = work.layers
             if (low == first) if kind is F else (high == stop):
-                receives.setdefault((kind, op.chunk), i)
+                receives.setdefault((kind, chunk), i)
             if (high == stop) if kind is F else (low == first):
-                sends[(kind, op.chunk)] = i
-        compute, comm = [], list(draft.ops(device.index, "comm"))
-        for i, op in enumerate(ops):
-            kind = op.kind
-            peer = prev if kind is F else nxt if kind is B else None
-            if peer is not None and receives.get((kind, op.chunk)) == i:
-                op = op.with_deps((op_key(peer.index, peer.stage, SEND[kind], op.chunk),))
-            compute.append(op)
-            if sends.get((kind, op.chunk)) == i:
-                if kind is F and nxt is not None:
-                    comm.append(_send(op, OpKind.SEND_F, "act", device, nxt, first_gpu))
-                elif kind is B and prev is not None:
-                    comm.append(_send(op, OpKind.SEND_B, "act_grad", device, prev, first_gpu))
+                sends[(kind, chunk)] = i
+        compute = list(ops)
+        for (kind, chunk), i in receives.items():  # the receiver waits for its peer's send
+            peer = prev if kind is F else nxt
+            if peer is not None:
+                compute[i] = compute[i].with_deps((op_key(peer.index, peer.stage, _SEND[kind], chunk),))
+        # sends leave in the order their producers run
+        comm = list(draft.ops(device.index, "comm"))
+        works: dict = {}  # the stage's whole layer range of a work: one per work
+        a = first_gpu[device.index]
+        for (kind, chunk), i in sorted(sends.items(), key=_by_position):
+            peer = nxt if kind is F else prev
+            if peer is not None:
+                comm.append(_send(ops[i], kind, device, peer, a, first_gpu[peer.index], works))
         changes[(device.index, "compute")] = compute
         changes[(device.index, "comm")] = comm
     return draft.update(changes)
 
 
-def _send(op: Op, kind: OpKind, tensor: str, device: Device, peer: Device,
-          first_gpu: dict[int, int]) -> Op:
-    a, b = first_gpu[device.index], first_gpu[peer.index]
-    work = op.work if op.work.layers == device.layers else replace(op.work, layers=device.layers)
-    comm = Comm("send_recv", tensor, work, group_size=2, gpus=(a, b) if a < b else (b, a))
-    return make_op(kind, device.index, device.stage, op.chunk, "", "comm", None, Keep.ALL, "", comm,
-                   (op.key,), (), (), (), (peer.index,))
+_KIND_CHUNK_WORK = itemgetter(0, 3, 6)  # Op's kind, chunk and work
+_SEND = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B}
+_TENSOR = {OpKind.F: "act", OpKind.B: "act_grad"}
+
+
+def _by_position(item: tuple) -> int:
+    return item[1]
+
+
+def _send(op: Op, kind: OpKind, device: Device, peer: Device, a: int, b: int, works: dict) -> Op:
+    """The SEND after producer ``op`` (of ``kind``, F or B) to ``peer``, GPU ranks ``a`` and ``b``."""
+    work = op.work
+    if work.layers != device.layers:
+        whole = works.get(id(work))
+        if whole is None:
+            whole = works[id(work)] = replace(work, layers=device.layers)
+        work = whole
+    comm = Comm("send_recv", _TENSOR[kind], work, 2, (a, b) if a < b else (b, a))
+    return make_op(_SEND[kind], device.index, device.stage, op.chunk, "", "comm", None, Keep.ALL, "",
+                   comm, (op.key,), (), (), (), (peer.index,))
 
 
 # -- ZeRO-3 ---------------------------------------------------------------------------------------
