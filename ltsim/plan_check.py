@@ -4,8 +4,9 @@ acyclicity, memory pairing."""
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import itemgetter
 
-from ltsim.plan import KINDS, OpKind, Plan
+from ltsim.plan import WORK_KINDS, OpKind, Plan
 
 _COVERED_PARTS = ("", "dense")  # an "attn" part op repeats its main op's slices
 
@@ -21,30 +22,41 @@ def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] |
     return None
 
 
+_PLACED = itemgetter(0, 1, 2, 5, 6, 9, 15)  # an Op's kind, device, stage, stream, work, comm, key
+_COVERING = itemgetter(0, 1, 2, 3, 6, 8, 15)  # kind, device, stage, chunk, work, part, key
+_KEY = itemgetter(15)
+_DEPS = itemgetter(10)
+_START_DEPS = itemgetter(11)
+
+
 def _check_placement(plan: Plan):
     """Keys are unique, ops run on a device that holds their stage and layers, and each op carries
     what it needs to be priced (compute ops a Work, comm ops a Comm)."""
     seen: set = set()
+    count = len(plan.devices)
+    stages = [d.stage for d in plan.devices]
+    layers = [d.layers for d in plan.devices]
+    OPT = OpKind.OPT
     for program in plan.programs:
-        for op in program.ops:
-            key = op.key
+        stream = program.stream
+        for kind, device, stage, op_stream, work, comm, key in map(_PLACED, program.ops):
             if key in seen:
-                return f"op {op.token} appears twice on device {op.device}", key
+                return f"op {key.token} appears twice on device {device}", key
             seen.add(key)
-            if op.device >= plan.num_devices or plan.devices[op.device].stage != op.stage:
-                return f"op {op.token} runs on device {op.device}, which does not hold stage {op.stage}", key
-            if op.stream != program.stream:
-                return f"op {op.token} is in the {program.stream} program but says {op.stream}", key
-            info = KINDS[op.kind]
-            if info.work:
-                if op.work is None:
-                    return f"compute op {op.token} has no work", key
-                first, stop = plan.devices[op.device].layers
-                if not first <= op.work.layers[0] <= op.work.layers[1] <= stop:
-                    return (f"op {op.token} covers layers {op.work.layers}, outside device "
-                            f"{op.device}'s {first}-{stop}"), key
-            elif op.kind is not OpKind.OPT and op.comm is None:
-                return f"comm op {op.token} says nothing about what it moves", key
+            if device >= count or stages[device] != stage:
+                return f"op {key.token} runs on device {device}, which does not hold stage {stage}", key
+            if op_stream != stream:
+                return f"op {key.token} is in the {stream} program but says {op_stream}", key
+            if kind in WORK_KINDS:
+                if work is None:
+                    return f"compute op {key.token} has no work", key
+                first, stop = layers[device]
+                low, high = work.layers
+                if not first <= low <= high <= stop:
+                    return (f"op {key.token} covers layers {work.layers}, outside device "
+                            f"{device}'s {first}-{stop}"), key
+            elif comm is None and kind is not OPT:
+                return f"comm op {key.token} says nothing about what it moves", key
     return None
 
 
@@ -91,24 +103,23 @@ def _check_coverage(plan: Plan):
     mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
     covered: dict = {}
     first_key: dict = {}
-    cp_width = {d.index: d.cp_width for d in plan.devices}
+    cp_width = [d.cp_width for d in plan.devices]  # placement: every op's device is one
     weight: dict = {}  # per Work object: F and B of a chunk share one
     F, B = OpKind.F, OpKind.B
     for program in plan.programs:
         if program.stream != "compute":
             continue
-        for op in program.ops:
-            if (op.kind is F or op.kind is B) and op.part in _COVERED_PARTS:
-                work = op.work
+        for kind, device, stage, chunk, work, part, key in map(_COVERING, program.ops):
+            if (kind is F or kind is B) and part in _COVERED_PARTS:
                 share = weight.get(id(work))
                 if share is None:
                     share = weight[id(work)] = work.num_tokens * work.num_layers / work.split.cp
-                index = (op.kind, op.stage, op.chunk)
+                index = (kind, stage, chunk)
                 if index in covered:
-                    covered[index] += share * cp_width[op.device]
+                    covered[index] += share * cp_width[device]
                 else:
-                    covered[index] = share * cp_width[op.device]
-                    first_key[index] = op.key
+                    covered[index] = share * cp_width[device]
+                    first_key[index] = key
     widths = [stop - first for first, stop in plan.stage_layers]  # once: a property over devices
     grad_chunks = plan.grad_chunks
     mirrored = {copy for mirror in plan.mirrors for _, copy in mirror.chunks}  # _check_mirrors
@@ -141,11 +152,15 @@ def _check_coverage(plan: Plan):
 
 
 def _check_deps(plan: Plan):
-    keys = {op.key for op in plan.ops()}
-    for op in plan.ops():
-        for dep in op.deps + op.start_deps:
-            if dep not in keys:
-                return f"op {op.token} on device {op.device} depends on missing op {dep}", op.key
+    """Every dependency names an op of the plan."""
+    ops = [op for program in plan.programs for op in program.ops]
+    keys = set(map(_KEY, ops))
+    covers = keys.issuperset
+    for op, deps, start_deps in zip(ops, map(_DEPS, ops), map(_START_DEPS, ops)):
+        if not covers(deps) or (start_deps and not covers(start_deps)):
+            for dep in deps + start_deps:
+                if dep not in keys:
+                    return f"op {op.token} on device {op.device} depends on missing op {dep}", op.key
     return None
 
 

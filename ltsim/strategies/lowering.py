@@ -66,7 +66,9 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         resolved: dict = {}  # an action's allocs or frees on a work: resolved once
 
         def effects_of(mems, action: Action, work: Work) -> tuple:
-            rkey = (mems, id(work), action.keep)
+            # by identity: the schedule, alive throughout, holds every effects tuple (strategies
+            # share one tuple among many actions)
+            rkey = (id(mems), id(work), action.keep)
             out = resolved.get(rkey)
             if out is None:
                 out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects)

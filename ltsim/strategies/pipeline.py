@@ -8,6 +8,8 @@ policy. The lowering passes (lowering.py) then add P2P, CP, ZeRO and DP plumbing
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ltsim.plan import Keep, OpKind
 from ltsim.strategies.schedule import Action, Mem, mems
 
@@ -17,13 +19,20 @@ def kept_actions(chunk: int, keep: Keep) -> tuple[list[Action], list[Action]]:
     forward keeps ``keep``: "act" from F to B, or, with Keep.INPUT, each layer's input ("ckpt")
     and a one-layer working set while R rebuilds the layers (Megatron's full recompute; the
     recompute does not rebuild the logits)."""
+    forward, backward = _kept(chunk, keep)
+    return list(forward), list(backward)
+
+
+@lru_cache(maxsize=1 << 16)
+def _kept(chunk: int, keep: Keep) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
+    """kept_actions as tuples, made once for every stage (and batch) that asks."""
     if keep is Keep.INPUT:
         work = Mem("act", keep=Keep.ALL, one_layer=True)
-        return ([Action(OpKind.F, chunk, keep, allocs=mems("ckpt"))],
-                [Action(OpKind.R, chunk, keep, allocs=(work,), head=False),
-                 Action(OpKind.B, chunk, keep, frees=(work, Mem("ckpt")))])
-    return ([Action(OpKind.F, chunk, keep, allocs=mems("act"))],
-            [Action(OpKind.B, chunk, keep, frees=mems("act"))])
+        return ((Action(OpKind.F, chunk, keep, allocs=mems("ckpt")),),
+                (Action(OpKind.R, chunk, keep, allocs=(work,), head=False),
+                 Action(OpKind.B, chunk, keep, frees=(work, Mem("ckpt")))))
+    return ((Action(OpKind.F, chunk, keep, allocs=mems("act")),),
+            (Action(OpKind.B, chunk, keep, frees=mems("act")),))
 
 
 def one_f_one_b(chunks: list[int], stage: int, num_stages: int, keep: Keep) -> list[Action]:
@@ -33,7 +42,7 @@ def one_f_one_b(chunks: list[int], stage: int, num_stages: int, keep: Keep) -> l
     backwards (megatron/core/pipeline_parallel/schedules.py,
     forward_backward_pipelining_without_interleaving).
     """
-    pairs = [kept_actions(c, keep) for c in chunks]
+    pairs = [_kept(c, keep) for c in chunks]
     return interleave_1f1b([f for f, _ in pairs], [b for _, b in pairs], stage, num_stages)
 
 

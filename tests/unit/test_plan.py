@@ -68,6 +68,28 @@ def test_validate_missing_backward():
         dataclasses.replace(plan, programs=programs).validate()
 
 
+@pytest.mark.parametrize("device,token,changes,message", [
+    (1, "s1F2", {"chunk": 1}, r"op s1F1 appears twice on device 1"),
+    (1, "s1F2", {"stage": 0}, r"op s0F2 runs on device 1, which does not hold stage 0"),
+    (1, "s1F2", {"stream": "comm"}, r"op s1F2 is in the compute program but says comm"),
+    (1, "s1F2", {"work": None}, r"compute op s1F2 has no work"),
+    (0, "s0SEND_F2", {"comm": None}, r"comm op s0SEND_F2 says nothing about what it moves"),
+])
+def test_validate_placement_names_the_op(device, token, changes, message):
+    bad = _replace_op(_plan(), device, token, **changes)
+    with pytest.raises(PlanError, match=message) as info:
+        bad.validate()
+    assert ">>" in str(info.value)
+
+
+def test_validate_layers_outside_the_device():
+    plan = _plan()
+    op = next(o for o in plan.program(1).ops if o.token == "s1F2")
+    bad = _replace_op(plan, 1, "s1F2", work=dataclasses.replace(op.work, layers=(0, 28)))
+    with pytest.raises(PlanError, match=r"op s1F2 covers layers \(0, 28\), outside device 1's 14-28"):
+        bad.validate()
+
+
 def test_validate_leaked_buffer():
     bad = _replace_op(_plan(), 0, "s0B1", frees=())
     with pytest.raises(PlanError, match=r"buffer act:c1L0-14 on device 0 is never freed"):

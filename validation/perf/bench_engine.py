@@ -64,13 +64,25 @@ def _recurrence():
     return module
 
 
+def _cold() -> None:
+    """Forget what an earlier plan of the same batch left in the strategies' memos (ChunkFlow's
+    chunks per batch and ChunkSize, the 1F1B actions per chunk), so that each build is timed as
+    the first plan of a batch (a sweep over K reuses them: that gain is not in these rows)."""
+    import ltsim.strategies.chunkflow as chunkflow
+    import ltsim.strategies.pipeline as pipeline
+
+    for memo in (getattr(chunkflow, "_chunks", None), getattr(pipeline, "_kept", None)):
+        if memo is not None:
+            memo.cache_clear()
+
+
 def case(strategy: str, batch: tuple[int, ...], pp: int, dp: int, options: dict, repeats: int) -> dict:
     cost = UnitCostModel()
     ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=pp, dp=dp), cost=cost)
     strat = get_strategy(strategy)
     opts = strat.parse(options)
     row = {"ops": 0}
-    row["build"], plan = _time(lambda: strat.plan(batch, ctx, opts), repeats)
+    row["build"], plan = _time(lambda: _cold() or strat.plan(batch, ctx, opts), repeats)
     row["ops"] = sum(len(p.ops) for p in plan.programs)
     row["engine"], trace = _time(lambda: Engine(cost).run(plan), repeats)
     row["metrics"], _ = _time(lambda: batch_metrics(plan, trace, 0.0), repeats)
