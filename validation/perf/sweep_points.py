@@ -1,0 +1,34 @@
+"""The quickstart's 4 x 4 ChunkSize x K points in one process (issue 13), without the command
+line's start-up: one warm-up point, then the 16 points in a loop, best of 3. Not a test.
+
+    python validation/perf/sweep_points.py [CHECKOUT]   # CHECKOUT: time another worktree's ltsim
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from ltsim.planner import evaluate_point, expand_grid  # noqa: E402
+from ltsim.scenario import load_scenario  # noqa: E402
+
+
+def main() -> None:
+    scenario = load_scenario(ROOT / "scenarios" / "quickstart.toml", [])
+    points = expand_grid(["strategy.chunk_size=2048,4096,8192,16384", "strategy.k=1,2,4,8"])
+    evaluate_point(scenario.raw, scenario.source, points[0])
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for point in points:
+            evaluate_point(scenario.raw, scenario.source, point)
+        best = min(best, time.perf_counter() - start)
+    print(f"{ROOT}: 16 quickstart points in one process, best of 3: {best * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
