@@ -82,7 +82,7 @@ def construct_chunks(seq_ids: list[int], lengths: tuple[int, ...], options: Opti
 def _chunks(seq_ids: tuple[int, ...], lengths: tuple[int, ...], size: int, packing: str,
             order: str, first_index: int, replica: int
             ) -> tuple[tuple[Chunk, ...], tuple[tuple[int, ...], ...]]:
-    check_chunk_count(sum(-(-lengths[s] // size) for s in seq_ids), "strategy.chunk_size", size)
+    # (the chunk count is bounded by ``plan``, for the whole batch, before any replica's chunks)
     groups = [split_sequence(s, lengths[s], size, replica) for s in seq_ids if lengths[s] > size]
     short_ids = [s for s in seq_ids if lengths[s] <= size]
     standalone = pack_sequences(short_ids, lengths, size, packing, replica)

@@ -160,7 +160,7 @@ def add_p2p(draft: Draft) -> Draft:
         comm = list(draft.ops(device.index, "comm"))
         works: dict = {}  # the stage's whole layer range of a work: one per work
         a = first_gpu[device.index]
-        for (kind, chunk), i in sorted(sends.items(), key=_by_position):
+        for (kind, chunk), i in sorted(sends.items(), key=_POSITION):
             peer = nxt if kind is F else prev
             if peer is not None:
                 comm.append(_send(ops[i], kind, device, peer, a, first_gpu[peer.index], works))
@@ -170,12 +170,9 @@ def add_p2p(draft: Draft) -> Draft:
 
 
 _KIND_CHUNK_WORK = itemgetter(0, 3, 6)  # Op's kind, chunk and work
+_POSITION = itemgetter(1)  # of a ((kind, chunk), op position) item
 _SEND = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B}
 _TENSOR = {OpKind.F: "act", OpKind.B: "act_grad"}
-
-
-def _by_position(item: tuple) -> int:
-    return item[1]
 
 
 def _send(op: Op, kind: OpKind, device: Device, peer: Device, a: int, b: int, works: dict) -> Op:

@@ -14,18 +14,13 @@ from ltsim.plan import Keep, OpKind
 from ltsim.strategies.schedule import Action, Mem, mems
 
 
-def kept_actions(chunk: int, keep: Keep) -> tuple[list[Action], list[Action]]:
+@lru_cache(maxsize=1 << 16)
+def kept_actions(chunk: int, keep: Keep) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
     """The forward and the backward (preceded by a recompute under full recompute) of a chunk whose
     forward keeps ``keep``: "act" from F to B, or, with Keep.INPUT, each layer's input ("ckpt")
     and a one-layer working set while R rebuilds the layers (Megatron's full recompute; the
-    recompute does not rebuild the logits)."""
-    forward, backward = _kept(chunk, keep)
-    return list(forward), list(backward)
-
-
-@lru_cache(maxsize=1 << 16)
-def _kept(chunk: int, keep: Keep) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
-    """kept_actions as tuples, made once for every stage (and batch) that asks."""
+    recompute does not rebuild the logits). Immutable, and made once for every stage (and batch)
+    that asks."""
     if keep is Keep.INPUT:
         work = Mem("act", keep=Keep.ALL, one_layer=True)
         return ((Action(OpKind.F, chunk, keep, allocs=mems("ckpt")),),
@@ -42,7 +37,7 @@ def one_f_one_b(chunks: list[int], stage: int, num_stages: int, keep: Keep) -> l
     backwards (megatron/core/pipeline_parallel/schedules.py,
     forward_backward_pipelining_without_interleaving).
     """
-    pairs = [_kept(c, keep) for c in chunks]
+    pairs = [kept_actions(c, keep) for c in chunks]
     return interleave_1f1b([f for f, _ in pairs], [b for _, b in pairs], stage, num_stages)
 
 

@@ -71,8 +71,8 @@ def _cold() -> None:
     import ltsim.strategies.chunkflow as chunkflow
     import ltsim.strategies.pipeline as pipeline
 
-    for memo in (getattr(chunkflow, "_chunks", None), getattr(pipeline, "_kept", None)):
-        if memo is not None:
+    for memo in (getattr(chunkflow, "_chunks", None), pipeline.kept_actions):
+        if hasattr(memo, "cache_clear"):  # (an older checkout has neither memo)
             memo.cache_clear()
 
 
