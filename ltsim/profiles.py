@@ -34,6 +34,7 @@ from itertools import accumulate, groupby
 from pathlib import Path
 from typing import Any
 
+import ltsim.profile_cache as profile_cache
 from ltsim.errors import ProfileError
 from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, MonotoneCurve,
                           Notes)
@@ -178,8 +179,9 @@ def load_profile(directory: str | Path, *, attention_kernel: str | None = None) 
     """
     path = resolve_profile(directory)
     key = (path, attention_kernel or "")
-    if key not in _CACHE:
-        _CACHE[key] = Profile(path, attention_kernel=attention_kernel)
+    if key not in _CACHE:  # parsed once per process, and once per edit across commands
+        _CACHE[key] = profile_cache.cached(path, key[1], lambda: Profile(
+            path, attention_kernel=attention_kernel))
     return _CACHE[key]
 
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Parsed profiles go to a cache of the suite's own (ltsim/profile_cache.py), set before anything
+# loads a profile; CLI subprocesses inherit it. Never the user's ~/.cache.
+os.environ["LTSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="ltsim-test-cache-")
+atexit.register(shutil.rmtree, os.environ["LTSIM_CACHE_DIR"], True)
 
 from ltsim.costs import UnitCostModel
 from ltsim.model import get_model

@@ -1,0 +1,107 @@
+"""A disk cache of parsed profiles (issue 13): every command used to spend about 75 ms turning a
+profile's CSV tables into lookups (validation/perf/README.md); unpickling the result takes 3 ms.
+
+An entry is keyed by a digest of everything a :class:`~ltsim.profiles.Profile` is built from: the
+bytes of the tables it reads and of ``meta.json``, the profile's path, the attention kernel
+chosen, the Python version, and the source of the modules that parse and interpolate
+(profiles.py, profile_files.py, lookup.py). Any edit to one of them is a miss, and the profile is
+parsed again: a changed input is recomputed, never served stale.
+
+Where: ``$LTSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ltsim``, else ``~/.cache/ltsim``, in
+``profiles/``; ``LTSIM_CACHE_DIR=`` (empty) turns the cache off. Entries are pickles, so only
+files owned by the current user are read (the folder is made private, mode 0700). The cache is
+best effort: a folder that cannot be written, or an entry that cannot be read, costs only the
+parse; at most :data:`MAX_ENTRIES` entries are kept, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+FORMAT = 1  # bump when what is pickled changes in a way the sources' digest would not show
+MAX_ENTRIES = 32
+# the files a Profile is built from (profiles.Profile.__init__); the others are read lazily by
+# the cost model, each with its own in-process cache
+PROFILE_FILES = ("meta.json", "gemm.csv", "attention.csv", "collectives.csv", "gemm_bwd.csv")
+_SOURCES = ("profiles.py", "profile_files.py", "lookup.py")
+
+
+def cache_dir() -> Path | None:
+    """The folder of parsed profiles, or None when ``LTSIM_CACHE_DIR`` is set empty."""
+    value = os.environ.get("LTSIM_CACHE_DIR")
+    if value is not None:
+        return Path(value).expanduser() / "profiles" if value.strip() else None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ltsim" / "profiles"
+
+
+def cached(directory: Path, kernel: str, build: Callable[[], T]) -> T:
+    """``build()``, or what an earlier ``build()`` made from the same inputs. ``build`` raises as
+    it would without the cache (a bad table is never cached)."""
+    folder = cache_dir()
+    key = _digest(directory, kernel) if folder is not None else None
+    if key is None:
+        return build()
+    entry = folder / f"{key}.pickle"
+    value = _read(entry)
+    if value is not None:
+        return value
+    value = build()
+    _write(folder, entry, value)
+    return value
+
+
+def _digest(directory: Path, kernel: str) -> str | None:
+    """The entry's name; None when an input cannot be read (the parse then reports it)."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{FORMAT}|{sys.version_info[:2]}|{directory}|{kernel}".encode())
+    here = Path(__file__).parent
+    try:
+        for name in _SOURCES:
+            h.update((here / name).read_bytes())
+        for name in PROFILE_FILES:
+            path = directory / name
+            h.update(f"|{name}|".encode())
+            if path.is_file():  # not a folder, a FIFO or a device of that name
+                h.update(path.read_bytes())
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _read(entry: Path):
+    try:
+        with open(entry, "rb") as handle:
+            if hasattr(os, "getuid") and os.fstat(handle.fileno()).st_uid != os.getuid():
+                return None  # a pickle another user could have written
+            value = pickle.load(handle)
+        os.utime(entry)  # recently used: kept when the folder is pruned
+        return value
+    except Exception:  # noqa: BLE001  # missing, truncated or from another ltsim: parse instead
+        return None
+
+
+def _write(folder: Path, entry: Path, value) -> None:
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, entry)  # readers see the whole entry or none
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-MAX_ENTRIES]:
+            old.unlink(missing_ok=True)
+    except (OSError, pickle.PicklingError):
+        pass  # best effort: the next command parses again

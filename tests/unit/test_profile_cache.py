@@ -1,0 +1,134 @@
+"""The disk cache of parsed profiles (ltsim/profile_cache.py): a second load of the same inputs
+parses nothing, any edit parses again, and a cache that cannot be used only costs the parse."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ltsim import profile_cache, profiles
+from ltsim.errors import ProfileError
+from ltsim.profiles import PROFILES_DIR, Profile
+
+SOURCE = PROFILES_DIR / "cpu-ci"
+
+
+@pytest.fixture
+def profile_dir(tmp_path):
+    out = tmp_path / "prof"
+    shutil.copytree(SOURCE, out)
+    return out
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("LTSIM_CACHE_DIR", str(folder))
+    return folder / "profiles"
+
+
+def _load(directory) -> Profile:
+    return profile_cache.cached(directory, "", lambda: Profile(directory))
+
+
+def _parses(monkeypatch) -> list:
+    """Counts Profile constructions (the parse) from here on."""
+    made = []
+    real = Profile.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Profile, "__init__", counting)
+    return made
+
+
+def test_second_load_is_not_parsed_and_answers_alike(profile_dir, cache, monkeypatch):
+    first = _load(profile_dir)
+    assert len(list(cache.glob("*.pickle"))) == 1
+    made = _parses(monkeypatch)
+    second = _load(profile_dir)
+    assert made == [] and second is not first
+    assert second.path == first.path and second.attention_kernel == first.attention_kernel
+    for profile in (first, second):
+        assert profile.warnings() == []
+    assert second.gemm_time_s(4096, 4096, 4096, "fp32") == first.gemm_time_s(4096, 4096, 4096, "fp32")
+    assert (second.attention_time_s(3000, 5000, num_heads=8, num_kv_heads=8, head_dim=64)
+            == first.attention_time_s(3000, 5000, num_heads=8, num_kv_heads=8, head_dim=64))
+
+
+def test_an_edited_table_is_parsed_again(profile_dir, cache, monkeypatch):
+    before = _load(profile_dir).gemm_time_s(512, 512, 512, "fp32")
+    gemm = profile_dir / "gemm.csv"
+    lines = gemm.read_text().splitlines()
+    header = lines[0].split(",")
+    col = header.index("time_s")
+    doubled = [lines[0]] + [",".join(str(float(v) * 2) if i == col else v
+                                     for i, v in enumerate(line.split(",")))
+                            for line in lines[1:] if line.strip()]
+    gemm.write_text("\n".join(doubled) + "\n")
+    made = _parses(monkeypatch)
+    after = _load(profile_dir).gemm_time_s(512, 512, 512, "fp32")
+    assert made == [1]
+    assert after == pytest.approx(2 * before)
+    assert len(list(cache.glob("*.pickle"))) == 2
+
+
+def test_kernel_and_path_are_part_of_the_key(profile_dir, cache, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(profile_dir, other)
+    _load(profile_dir)
+    _load(other)
+    profile_cache.cached(profile_dir, "sdpa", lambda: Profile(profile_dir))
+    assert len(list(cache.glob("*.pickle"))) == 3
+
+
+def test_a_broken_entry_is_parsed_again(profile_dir, cache, monkeypatch):
+    _load(profile_dir)
+    (entry,) = cache.glob("*.pickle")
+    entry.write_bytes(b"not a pickle")
+    made = _parses(monkeypatch)
+    assert _load(profile_dir).gemm_time_s(64, 64, 64, "fp32") > 0
+    assert made == [1]
+
+
+def test_a_bad_table_raises_and_is_not_cached(profile_dir, cache):
+    (profile_dir / "gemm.csv").write_text("m,n,k,dtype\n1,2,3,bf16\n")
+    with pytest.raises(ProfileError, match="lacks column"):
+        _load(profile_dir)
+    assert not list(cache.glob("*.pickle"))
+
+
+def test_turned_off_or_unwritable(profile_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("LTSIM_CACHE_DIR", "")
+    assert profile_cache.cache_dir() is None
+    made = _parses(monkeypatch)
+    _load(profile_dir)
+    _load(profile_dir)
+    assert made == [1, 1]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LTSIM_CACHE_DIR", str(blocker))  # a file where the folder would go
+    assert _load(profile_dir).gemm_time_s(64, 64, 64, "fp32") > 0
+
+
+def test_pruned_to_the_most_recently_used(profile_dir, cache, monkeypatch):
+    monkeypatch.setattr(profile_cache, "MAX_ENTRIES", 2)
+    for kernel in ("a", "b", "c"):
+        profile_cache.cached(profile_dir, kernel, lambda: Profile(profile_dir))
+    assert len(list(cache.glob("*.pickle"))) == 2
+    made = _parses(monkeypatch)
+    profile_cache.cached(profile_dir, "c", lambda: Profile(profile_dir))
+    profile_cache.cached(profile_dir, "a", lambda: Profile(profile_dir))  # dropped: parsed again
+    assert made == [1]
+
+
+def test_load_profile_uses_it(profile_dir, cache, monkeypatch):
+    monkeypatch.setattr(profiles, "_CACHE", {})
+    profiles.load_profile(profile_dir)
+    monkeypatch.setattr(profiles, "_CACHE", {})  # a new process: only the disk cache is left
+    made = _parses(monkeypatch)
+    assert profiles.load_profile(profile_dir).path == profile_dir.resolve()
+    assert made == []
