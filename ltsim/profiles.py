@@ -32,13 +32,14 @@ import copy
 import math
 from itertools import accumulate, groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import ltsim.profile_cache as profile_cache
 from ltsim.errors import ProfileError
 from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, MonotoneCurve,
                           Notes)
 
+T = TypeVar("T")
 REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see collective_time_s)
 # attention.csv rows of queries with earlier context (q < kv) whose ``mask`` column names a
 # context-only path (a boolean mask; torch's lower-right causal bias, which runs another kernel
@@ -214,7 +215,7 @@ class Profile:
     """
 
     __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
-                 "_collectives", "_cache", "_range_notes", "_text_notes")
+                 "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -251,6 +252,8 @@ class Profile:
         self._cache: dict[tuple, tuple[float, tuple]] = {}
         self._range_notes: dict[tuple[str, str, float, int], float] = {}
         self._text_notes: set[str] = set()
+        self._recorders: list[list] = []  # recording(): the notes of what is being priced
+        self.tables = object()  # these tables' identity, shared by every for_run() view
 
     @property
     def memory_bytes(self) -> int:
@@ -336,7 +339,38 @@ class Profile:
 
     def note(self, text: str) -> None:
         """Report an approximation a cost model made with these tables among the warnings."""
-        self._text_notes.add(text)
+        self._note(("text", text))
+
+    def recording(self) -> "_Recording":
+        """``with profile.recording() as notes:`` the notes made meanwhile (recordings nest): a
+        cache of values computed from these tables keeps them with each value and hands them to
+        ``renote`` on every hit, so a warning does not depend on which caller computed a value
+        first (``memo``, the engine's prices)."""
+        return _Recording(self._recorders)
+
+    def renote(self, notes: tuple) -> None:
+        """Make ``notes`` (from ``recording``) again: as warnings, and in any recording."""
+        for note in notes:
+            self._note(note)
+
+    def memo(self, fn: Callable[..., T], maxsize: int) -> Callable[..., T]:
+        """``fn`` memoized by its positional arguments (at most ``maxsize`` values, then begun
+        anew), with the notes of each value made again on every hit."""
+        cache: dict[tuple, tuple[T, tuple]] = {}
+
+        def call(*args):
+            hit = cache.get(args)
+            if hit is None:
+                if len(cache) >= maxsize:
+                    cache.clear()
+                with self.recording() as notes:
+                    value = fn(*args)
+                hit = cache[args] = (value, tuple(notes))
+            elif hit[1]:
+                self.renote(hit[1])
+            return hit[0]
+
+        return call
 
     def for_run(self) -> "Profile":
         """A view sharing this profile's tables and lookup cache, with warnings of its own: a cost
@@ -344,6 +378,7 @@ class Profile:
         view = copy.copy(self)
         view._range_notes = {}
         view._text_notes = set()
+        view._recorders = []
         return view
 
     def take_warnings(self) -> list[str]:
@@ -366,6 +401,8 @@ class Profile:
         return hit[0]
 
     def _note(self, note: tuple) -> None:
+        for notes in self._recorders:
+            notes.append(note)
         if note[0] == "text":
             self._text_notes.add(note[1])
             return
@@ -374,6 +411,24 @@ class Profile:
         old = self._range_notes.get(key)
         if old is None or (value > old if where == ABOVE else value < old):
             self._range_notes[key] = float(value)
+
+
+class _Recording:
+    """Profile.recording's context: a list on the profile's stack of recordings while open (a
+    class, not contextlib's generator: the engine opens one per price it computes)."""
+
+    __slots__ = ("stack", "notes")
+
+    def __init__(self, stack: list[list]) -> None:
+        self.stack = stack
+        self.notes: list[tuple] = []
+
+    def __enter__(self) -> list[tuple]:
+        self.stack.append(self.notes)
+        return self.notes
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.pop()  # recordings nest: this one is on top (not remove(): lists compare equal)
 
 
 def _no_collectives(path: Path, op: str, group_size: int) -> str:

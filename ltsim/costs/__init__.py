@@ -18,7 +18,7 @@ Warnings (lookups outside the tables) belong to the model instance, i.e. to one 
 
 from __future__ import annotations
 
-from typing import Hashable, Protocol
+from typing import ContextManager, Hashable, Protocol
 
 from ltsim.costs.unit import UnitCostModel
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, Op, OpKind, Work
@@ -76,6 +76,20 @@ class CostModel(Protocol):
 
     def warnings(self) -> list[str]:
         """Lookups outside measured ranges and other caveats of this model's lookups, de-duplicated."""
+        ...
+
+    def price_scope(self) -> Hashable | None:
+        """Models with equal scopes give every op, buffer and device the same price and notes
+        (the engine shares one price cache among them: the points of a sweep, maxlen's probes);
+        None: share nothing."""
+        ...
+
+    def noting(self) -> ContextManager[list]:
+        """The notes (would-be warnings) made while pricing meanwhile, for ``renote``."""
+        ...
+
+    def renote(self, notes: tuple) -> None:
+        """Make ``notes`` again: a price taken from a shared cache warns as if computed here."""
         ...
 
 

@@ -68,12 +68,16 @@ class ComputeCosts:
         self.accumulate_grads = accumulate_grads
         self._elementwise = _elementwise_curves(str(profile.path))
         self._floor, _, borrowed = eager_costs(str(profile.path), model)
-        self._residuals: dict = {}
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
-        self.layer_s = lru_cache(maxsize=4096)(self._layer_s)
-        self.attention_s = lru_cache(maxsize=65536)(self._attention_s)
-        self.head_s = lru_cache(maxsize=4096)(self._head_s)
+        # memos that make their values' lookup notes again on every hit (Profile.memo): what an
+        # op's price noted must not depend on which op looked a piece up first (the engine keeps
+        # the notes with each price it shares between runs)
+        self.layer_s = profile.memo(self._layer_s, 4096)
+        self.attention_s = profile.memo(self._attention_s, 65536)
+        self.head_s = profile.memo(self._head_s, 4096)
+        self._residual_s = profile.memo(self._residual_s, 4096)
+        self._context_residual_s = profile.memo(self._context_residual_s, 4096)
 
     def time_s(self, kind: OpKind, work: Work, part: str, keep: Keep = Keep.ALL) -> float:
         """Kernel time of the op, and at least the profile's eager floor (eager.py) for the op
@@ -117,9 +121,6 @@ class ComputeCosts:
         this model). ``stage`` "first" or "last": the rows of a stage with the embedding, or with
         the head and loss, against the same work with them (``time_s`` adds their difference
         from the middle's to an op that has them)."""
-        key = (kind, tokens, layers, keep, split, stage)
-        if key in self._residuals:
-            return self._residuals[key]
         points = self._floor.whole_points(kind, keep, stage)
         value = None
         if points:
@@ -127,7 +128,6 @@ class ComputeCosts:
                 chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
                 embed=stage == "first", head=stage == "last"))) for size, one, two in points]
             value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
-        self._residuals[key] = value
         return value
 
     def _context_residual_s(self, kind: OpKind, tokens: int, context: int, layers: int,
@@ -139,9 +139,6 @@ class ComputeCosts:
         the same query tokens; linear in the layers, then in query tokens at each measured
         context, then in context tokens from 0 (nothing added) through the measured
         ones, held beyond both ranges. 0 without such rows."""
-        key = ("context", kind, tokens, context, layers, keep, split)
-        if key in self._residuals:
-            return self._residuals[key]
         points = self._floor.context_points(kind, keep)
         value = 0.0
         if points:
@@ -157,7 +154,6 @@ class ComputeCosts:
             at = [float(np.interp(tokens, [q for q, _ in sorted(by_context[c])],
                                   [r for _, r in sorted(by_context[c])])) for c in contexts]
             value = float(np.interp(context, [0, *contexts], [0.0, *at]))
-        self._residuals[key] = value
         return value
 
     def _measured_residual_s(self, kind: OpKind, one: float, two: float, layers: int,

@@ -122,3 +122,16 @@ class TableCostModel:
 
     def warnings(self) -> list[str]:
         return self.profile.warnings()
+
+    def price_scope(self) -> tuple:
+        """Everything a price reads: the model, the cluster (device, profile choice, network),
+        the gradient dtype, whether working sets count, and the tables themselves (not the
+        allocator allowance, which only sets the limit)."""
+        return (type(self), self.model, self.cluster, self._compute.accumulate_grads,
+                self.working_sets, self.profile.tables)
+
+    def noting(self):
+        return self.profile.recording()
+
+    def renote(self, notes: tuple) -> None:
+        self.profile.renote(notes)

@@ -6,6 +6,8 @@ inputs are free), in device or host memory alike. A CP-sharded work counts its s
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
 
 
@@ -59,3 +61,12 @@ class UnitCostModel:
 
     def warnings(self) -> list[str]:
         return []
+
+    def price_scope(self) -> tuple:
+        return (UnitCostModel,)  # the limits do not change a price
+
+    def noting(self) -> nullcontext:
+        return nullcontext(())
+
+    def renote(self, notes: tuple) -> None:
+        pass

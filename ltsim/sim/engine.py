@@ -80,31 +80,69 @@ class Compiled:
 
 class Prices:
     """What a cost model said, by value: durations per (kind, cost shape, part, keep) and per comm
-    key, buffer and working-set bytes per shape, optimizer steps per device. An Engine keeps one
-    for all the plans it replays (the batches of a run share most shapes); values only, so sound
-    for any plan priced by the same cost model."""
+    key, buffer and working-set bytes per shape, optimizer steps per device, and the notes
+    (would-be warnings) each of them made. Values only, so sound for any plan priced by a cost
+    model of the same ``price_scope``: Engines of one scope share one (``shared_prices``: the
+    batches of a run, the points of a sweep, maxlen's probes), and a price taken from it makes
+    its notes again (``CostModel.renote``), so each run warns as if it had priced alone."""
 
-    __slots__ = ("durations", "buffers", "working", "optimizer")
+    __slots__ = ("durations", "buffers", "working", "optimizer", "noted")
 
     def __init__(self) -> None:
         self.durations: dict = {}
         self.buffers: dict = {}
         self.working: dict = {}
         self.optimizer: dict = {}
+        # key of any table above (their keys differ in length or first item) -> the notes its
+        # value made, if any
+        self.noted: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.durations) + len(self.buffers) + len(self.working) + len(self.optimizer)
+
+
+_SHARED: dict = {}  # price scope -> Prices, the most recently used last
+SHARED_SCOPES = 8
+SHARED_ENTRIES = 500_000  # prices kept per scope, then begun anew (bounds a long sweep's memory)
+
+
+def shared_prices(cost: CostModel) -> Prices:
+    """The Prices of ``cost``'s scope (a new one when it has none, or has grown past
+    SHARED_ENTRIES)."""
+    scope = cost.price_scope()
+    if scope is None:
+        return Prices()
+    prices = _SHARED.pop(scope, None)
+    if prices is None or len(prices) > SHARED_ENTRIES:
+        prices = Prices()
+    _SHARED[scope] = prices
+    while len(_SHARED) > SHARED_SCOPES:
+        del _SHARED[next(iter(_SHARED))]
+    return prices
 
 
 def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
     """Price every op once per distinct shape and turn keys into integer ids. ``prices``: what
     earlier plans priced with the same ``cost`` (an Engine's), filled in as a side effect."""
-    prices = prices or Prices()
+    prices = Prices() if prices is None else prices
     ops = [op for program in plan.programs for op in program.ops]
     ids = {op.key: i for i, op in enumerate(ops)}
     # The caches below are keyed by object identity where the plan shares objects (a Work is
     # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
     shapes: dict = {}  # id(Work) -> its cost shape
     sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
-    durations, sizes, working, optimizer = (prices.durations, prices.buffers, prices.working,
-                                            prices.optimizer)
+    durations, sizes, working, optimizer, noted = (prices.durations, prices.buffers,
+                                                   prices.working, prices.optimizer, prices.noted)
+    noting, renote = cost.noting, cost.renote
+
+    def fresh(table: dict, key, compute, *args):
+        """``compute(*args)``, stored under ``key`` in ``table`` with the notes it made."""
+        with noting() as notes:
+            value = compute(*args)
+        table[key] = value
+        if notes:
+            noted[key] = tuple(notes)
+        return value
 
     def shape(work) -> tuple:
         value = shapes.get(id(work))
@@ -120,7 +158,9 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                 bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
                 size = sizes.get(bkey)
                 if size is None:
-                    size = sizes[bkey] = cost.buffer_bytes(buf)
+                    size = fresh(sizes, bkey, cost.buffer_bytes, buf)
+                elif noted and bkey in noted:
+                    renote(noted[bkey])
                 sized[id(buf)] = size
             if buf.host:
                 hst += size
@@ -133,7 +173,9 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             device = plan.devices[op.device]
             value = optimizer.get(device)
             if value is None:
-                value = optimizer[device] = cost.optimizer_s(device)
+                value = fresh(optimizer, device, cost.optimizer_s, device)
+            elif noted and device in noted:
+                renote(noted[device])
             return value
         work, comm = op.work, op.comm
         if work is not None:
@@ -146,14 +188,22 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                 ckey = ("comm", cost.comm_key(comm))
                 value = durations.get(ckey)
                 if value is None:
-                    value = durations[ckey] = duration_s(cost, op)
+                    value = fresh(durations, ckey, duration_s, cost, op)
+                elif noted and ckey in noted:
+                    renote(noted[ckey])
                 durations[pkey] = value
+                if noted and ckey in noted:
+                    noted[pkey] = noted[ckey]
+            elif noted and pkey in noted:
+                renote(noted[pkey])
             return value
         else:
             return duration_s(cost, op)  # raises: the op carries neither
         value = durations.get(pkey)
         if value is None:
-            value = durations[pkey] = duration_s(cost, op)
+            value = fresh(durations, pkey, duration_s, cost, op)
+        elif noted and pkey in noted:
+            renote(noted[pkey])
         return value
 
     steps = []
@@ -169,7 +219,9 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                 wkey = (op.kind, shape(work), op.part)
                 size = working.get(wkey)
                 if size is None:
-                    size = working[wkey] = cost.working_bytes(op.kind, work, part=op.part)
+                    size = fresh(working, wkey, _working_bytes, cost, op)
+                elif noted and wkey in noted:
+                    renote(noted[wkey])
                 alloc += size
                 free += size
             try:
@@ -194,7 +246,7 @@ class Engine:
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
-        self.prices = Prices()  # shared by every plan this engine replays
+        self.prices = shared_prices(cost)  # with every engine of the same price scope
 
     def run(self, plan: Plan) -> Trace:
         with paused():  # many short-lived objects and no cycles (ltsim/gcpause.py)
@@ -215,6 +267,10 @@ class Engine:
             if plan.mirrors:
                 trace = replace(trace, mirror_of=device_sources(plan))
             return trace
+
+
+def _working_bytes(cost: CostModel, op: Op) -> int:
+    return cost.working_bytes(op.kind, op.work, part=op.part)
 
 
 def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:

@@ -66,14 +66,16 @@ def _recurrence():
 
 def _cold() -> None:
     """Forget what an earlier plan of the same batch left in the strategies' memos (ChunkFlow's
-    chunks per batch and ChunkSize, the 1F1B actions per chunk), so that each build is timed as
-    the first plan of a batch (a sweep over K reuses them: that gain is not in these rows)."""
+    chunks per batch and ChunkSize, the 1F1B actions per chunk) and the prices engines of one
+    cost model share, so that each build and replay is timed as the first plan of a run (a sweep
+    over K reuses them: that gain is not in these rows)."""
     import ltsim.strategies.chunkflow as chunkflow
     import ltsim.strategies.pipeline as pipeline
 
     for memo in (getattr(chunkflow, "_chunks", None), pipeline.kept_actions):
         if hasattr(memo, "cache_clear"):  # (an older checkout has neither memo)
             memo.cache_clear()
+    getattr(engine_module, "_SHARED", {}).clear()  # (nor an older one these)
 
 
 def case(strategy: str, batch: tuple[int, ...], pp: int, dp: int, options: dict, repeats: int) -> dict:
@@ -84,7 +86,7 @@ def case(strategy: str, batch: tuple[int, ...], pp: int, dp: int, options: dict,
     row = {"ops": 0}
     row["build"], plan = _time(lambda: _cold() or strat.plan(batch, ctx, opts), repeats)
     row["ops"] = sum(len(p.ops) for p in plan.programs)
-    row["engine"], trace = _time(lambda: Engine(cost).run(plan), repeats)
+    row["engine"], trace = _time(lambda: _cold() or Engine(cost).run(plan), repeats)
     row["metrics"], _ = _time(lambda: batch_metrics(plan, trace, 0.0), repeats)
     row["total"] = row["build"] + row["engine"] + row["metrics"]
     if hasattr(engine_module, "compile_plan"):
@@ -122,7 +124,7 @@ def _simulate(path: Path, sets: list[str], repeats: int) -> float:
     from ltsim.runner import simulate
     from ltsim.scenario import load_scenario
 
-    best, _ = _time(lambda: simulate(load_scenario(path, sets)), repeats)
+    best, _ = _time(lambda: _cold() or simulate(load_scenario(path, sets)), repeats)
     return best
 
 
