@@ -252,7 +252,7 @@ class Profile:
         self._cache: dict[tuple, tuple[float, tuple]] = {}
         self._range_notes: dict[tuple[str, str, float, int], float] = {}
         self._text_notes: set[str] = set()
-        self._recorders: list[list] = []  # recording(): the notes of what is being priced
+        self._recorders: list[list] = []  # noted(): the notes of what is being computed
         self.tables = object()  # these tables' identity, shared by every for_run() view
 
     @property
@@ -341,12 +341,19 @@ class Profile:
         """Report an approximation a cost model made with these tables among the warnings."""
         self._note(("text", text))
 
-    def recording(self) -> "_Recording":
-        """``with profile.recording() as notes:`` the notes made meanwhile (recordings nest): a
-        cache of values computed from these tables keeps them with each value and hands them to
-        ``renote`` on every hit, so a warning does not depend on which caller computed a value
-        first (``memo``, the engine's prices)."""
-        return _Recording(self._recorders)
+    def noted(self, fn: Callable[..., T], *args: Any) -> tuple[T, tuple]:
+        """(``fn(*args)``, the notes made meanwhile, each once): a cache of values computed from
+        these tables keeps them with each value and hands them to ``renote`` on every hit, so a
+        warning does not depend on which caller computed a value first (``memo``, the engine's
+        prices). Calls nest: an outer call also gets the notes of the inner ones."""
+        notes: list[tuple] = []
+        recorders = self._recorders
+        recorders.append(notes)
+        try:
+            value = fn(*args)
+        finally:
+            recorders.pop()  # calls nest: this one is on top
+        return value, tuple(dict.fromkeys(notes)) if notes else ()
 
     def renote(self, notes: tuple) -> None:
         """Make ``notes`` (from ``recording``) again: as warnings, and in any recording."""
@@ -358,14 +365,20 @@ class Profile:
         anew), with the notes of each value made again on every hit."""
         cache: dict[tuple, tuple[T, tuple]] = {}
 
+        recorders = self._recorders
+
         def call(*args):
             hit = cache.get(args)
             if hit is None:
                 if len(cache) >= maxsize:
                     cache.clear()
-                with self.recording() as notes:
+                notes: list[tuple] = []  # noted(), inline: a memo is called per slice and layer
+                recorders.append(notes)
+                try:
                     value = fn(*args)
-                hit = cache[args] = (value, tuple(notes))
+                finally:
+                    recorders.pop()
+                hit = cache[args] = (value, tuple(dict.fromkeys(notes)) if notes else ())
             elif hit[1]:
                 self.renote(hit[1])
             return hit[0]
@@ -411,24 +424,6 @@ class Profile:
         old = self._range_notes.get(key)
         if old is None or (value > old if where == ABOVE else value < old):
             self._range_notes[key] = float(value)
-
-
-class _Recording:
-    """Profile.recording's context: a list on the profile's stack of recordings while open (a
-    class, not contextlib's generator: the engine opens one per price it computes)."""
-
-    __slots__ = ("stack", "notes")
-
-    def __init__(self, stack: list[list]) -> None:
-        self.stack = stack
-        self.notes: list[tuple] = []
-
-    def __enter__(self) -> list[tuple]:
-        self.stack.append(self.notes)
-        return self.notes
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.pop()  # recordings nest: this one is on top (not remove(): lists compare equal)
 
 
 def _no_collectives(path: Path, op: str, group_size: int) -> str:

@@ -18,12 +18,14 @@ Warnings (lookups outside the tables) belong to the model instance, i.e. to one 
 
 from __future__ import annotations
 
-from typing import ContextManager, Hashable, Protocol
+from typing import Any, Callable, Hashable, Protocol, TypeVar
 
 from ltsim.costs.unit import UnitCostModel
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, Op, OpKind, Work
 
 __all__ = ["CostModel", "UnitCostModel", "duration_s"]
+
+T = TypeVar("T")
 
 
 class CostModel(Protocol):
@@ -84,8 +86,8 @@ class CostModel(Protocol):
         None: share nothing."""
         ...
 
-    def noting(self) -> ContextManager[list]:
-        """The notes (would-be warnings) made while pricing meanwhile, for ``renote``."""
+    def noted(self, fn: Callable[..., T], *args: Any) -> tuple[T, tuple]:
+        """(``fn(*args)``, the notes (would-be warnings) it made, for ``renote``)."""
         ...
 
     def renote(self, notes: tuple) -> None:

@@ -21,6 +21,7 @@ place the allowance is applied; a plan fits when its tensor peak is below it.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Callable, TypeVar
 
 import ltsim.memory as mem
 from ltsim.costs.buffers import BufferCosts
@@ -34,6 +35,7 @@ from ltsim.profiles import SDPA_KERNEL, load_profile
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
+T = TypeVar("T")
 
 
 @lru_cache(maxsize=16)
@@ -65,6 +67,7 @@ class TableCostModel:
         _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
         self._flops = _flops_table(model)  # (tokens, context) -> model_flops term
+        self.noted = self.profile.noted  # type: ignore[method-assign]
 
     def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
         return self._compute.time_s(kind, work, part, keep)
@@ -130,8 +133,8 @@ class TableCostModel:
         return (type(self), self.model, self.cluster, self._compute.accumulate_grads,
                 self.working_sets, self.profile.tables)
 
-    def noting(self):
-        return self.profile.recording()
+    def noted(self, fn: Callable[..., T], *args: Any) -> tuple[T, tuple]:
+        return self.profile.noted(fn, *args)  # (__init__ binds the profile's instead: a call less)
 
     def renote(self, notes: tuple) -> None:
         self.profile.renote(notes)

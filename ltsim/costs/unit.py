@@ -6,9 +6,11 @@ inputs are free), in device or host memory alike. A CP-sharded work counts its s
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from typing import Any, Callable, TypeVar
 
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
+
+T = TypeVar("T")
 
 
 class UnitCostModel:
@@ -65,8 +67,8 @@ class UnitCostModel:
     def price_scope(self) -> tuple:
         return (UnitCostModel,)  # the limits do not change a price
 
-    def noting(self) -> nullcontext:
-        return nullcontext(())
+    def noted(self, fn: Callable[..., T], *args: Any) -> tuple[T, tuple]:
+        return fn(*args), ()
 
     def renote(self, notes: tuple) -> None:
         pass

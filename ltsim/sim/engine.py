@@ -80,30 +80,28 @@ class Compiled:
 
 class Prices:
     """What a cost model said, by value: durations per (kind, cost shape, part, keep) and per comm
-    key, buffer and working-set bytes per shape, optimizer steps per device, and the notes
-    (would-be warnings) each of them made. Values only, so sound for any plan priced by a cost
-    model of the same ``price_scope``: Engines of one scope share one (``shared_prices``: the
-    batches of a run, the points of a sweep, maxlen's probes), and a price taken from it makes
-    its notes again (``CostModel.renote``), so each run warns as if it had priced alone."""
+    key, buffer and working-set bytes per shape, optimizer steps per device, each as (value,
+    the notes (would-be warnings) computing it made). Values only, so sound for any plan priced
+    by a cost model of the same ``price_scope``: Engines of one scope share one
+    (``shared_prices``: the batches of a run, the points of a sweep, maxlen's probes), and the
+    notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
+    warns as if it had priced alone."""
 
-    __slots__ = ("durations", "buffers", "working", "optimizer", "noted")
+    __slots__ = ("durations", "buffers", "working", "optimizer")
 
     def __init__(self) -> None:
         self.durations: dict = {}
         self.buffers: dict = {}
         self.working: dict = {}
         self.optimizer: dict = {}
-        # key of any table above (their keys differ in length or first item) -> the notes its
-        # value made, if any
-        self.noted: dict = {}
 
     def __len__(self) -> int:
         return len(self.durations) + len(self.buffers) + len(self.working) + len(self.optimizer)
 
 
 _SHARED: dict = {}  # price scope -> Prices, the most recently used last
-SHARED_SCOPES = 8
-SHARED_ENTRIES = 500_000  # prices kept per scope, then begun anew (bounds a long sweep's memory)
+SHARED_SCOPES = 4
+SHARED_ENTRIES = 200_000  # per scope, then begun anew: ~65 MB at the 1024-GPU plan's 322 B a price
 
 
 def shared_prices(cost: CostModel) -> Prices:
@@ -123,7 +121,7 @@ def shared_prices(cost: CostModel) -> Prices:
 
 def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
     """Price every op once per distinct shape and turn keys into integer ids. ``prices``: what
-    earlier plans priced with the same ``cost`` (an Engine's), filled in as a side effect."""
+    earlier plans priced with a cost model of ``cost``'s scope, filled in as a side effect."""
     prices = Prices() if prices is None else prices
     ops = [op for program in plan.programs for op in program.ops]
     ids = {op.key: i for i, op in enumerate(ops)}
@@ -131,18 +129,10 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
     shapes: dict = {}  # id(Work) -> its cost shape
     sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
-    durations, sizes, working, optimizer, noted = (prices.durations, prices.buffers,
-                                                   prices.working, prices.optimizer, prices.noted)
-    noting, renote = cost.noting, cost.renote
-
-    def fresh(table: dict, key, compute, *args):
-        """``compute(*args)``, stored under ``key`` in ``table`` with the notes it made."""
-        with noting() as notes:
-            value = compute(*args)
-        table[key] = value
-        if notes:
-            noted[key] = tuple(notes)
-        return value
+    durations, sizes, working, optimizer = (prices.durations, prices.buffers, prices.working,
+                                            prices.optimizer)
+    noted = cost.noted  # (value, notes) of a call: what each table below stores
+    again: set = set()  # the notes of the prices this plan takes: made once, at the end
 
     def shape(work) -> tuple:
         value = shapes.get(id(work))
@@ -156,55 +146,45 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             size = sized.get(id(buf))
             if size is None:
                 bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
-                size = sizes.get(bkey)
-                if size is None:
-                    size = fresh(sizes, bkey, cost.buffer_bytes, buf)
-                elif noted and bkey in noted:
-                    renote(noted[bkey])
-                sized[id(buf)] = size
+                hit = sizes.get(bkey)
+                if hit is None:
+                    hit = sizes[bkey] = noted(cost.buffer_bytes, buf)
+                if hit[1]:
+                    again.update(hit[1])
+                size = sized[id(buf)] = hit[0]
             if buf.host:
                 hst += size
             else:
                 dev += size
         return dev, hst
 
-    def price(op: Op) -> float:
+    def price(op: Op, work_shape: tuple | None) -> float:
         if op.kind is OpKind.OPT:
             device = plan.devices[op.device]
-            value = optimizer.get(device)
-            if value is None:
-                value = fresh(optimizer, device, cost.optimizer_s, device)
-            elif noted and device in noted:
-                renote(noted[device])
-            return value
-        work, comm = op.work, op.comm
-        if work is not None:
-            pkey = (op.kind, shape(work), op.part, op.keep)
-        elif comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then by
+            hit = optimizer.get(device)
+            if hit is None:
+                hit = optimizer[device] = noted(cost.optimizer_s, device)
+        elif work_shape is not None:
+            pkey = (op.kind, work_shape, op.part, op.keep)
+            hit = durations.get(pkey)
+            if hit is None:
+                hit = durations[pkey] = noted(duration_s, cost, op)
+        elif op.comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then
+            comm = op.comm  # by comm_key, which sends on other GPUs share
             pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
-                    comm.steps, comm.gpus)  # comm_key, which sends on other GPUs share
-            value = durations.get(pkey)
-            if value is None:
+                    comm.steps, comm.gpus)
+            hit = durations.get(pkey)
+            if hit is None:
                 ckey = ("comm", cost.comm_key(comm))
-                value = durations.get(ckey)
-                if value is None:
-                    value = fresh(durations, ckey, duration_s, cost, op)
-                elif noted and ckey in noted:
-                    renote(noted[ckey])
-                durations[pkey] = value
-                if noted and ckey in noted:
-                    noted[pkey] = noted[ckey]
-            elif noted and pkey in noted:
-                renote(noted[pkey])
-            return value
+                hit = durations.get(ckey)
+                if hit is None:
+                    hit = durations[ckey] = noted(duration_s, cost, op)
+                durations[pkey] = hit
         else:
             return duration_s(cost, op)  # raises: the op carries neither
-        value = durations.get(pkey)
-        if value is None:
-            value = fresh(durations, pkey, duration_s, cost, op)
-        elif noted and pkey in noted:
-            renote(noted[pkey])
-        return value
+        if hit[1]:
+            again.update(hit[1])
+        return hit[0]
 
     steps = []
     programs = []
@@ -215,13 +195,18 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             alloc, host_alloc = nbytes(op.allocs) if op.allocs else (0, 0)
             free, host_free = nbytes(op.frees) if op.frees else (0, 0)
             work = op.work
+            work_shape = None
             if work is not None:  # an op's working set is held while it runs
-                wkey = (op.kind, shape(work), op.part)
-                size = working.get(wkey)
-                if size is None:
-                    size = fresh(working, wkey, _working_bytes, cost, op)
-                elif noted and wkey in noted:
-                    renote(noted[wkey])
+                work_shape = shapes.get(id(work))  # shape(), inline: a call less per op
+                if work_shape is None:
+                    work_shape = shapes[id(work)] = work.cost_shape()
+                wkey = (op.kind, work_shape, op.part)
+                hit = working.get(wkey)
+                if hit is None:
+                    hit = working[wkey] = noted(_working_bytes, cost, op)
+                if hit[1]:
+                    again.update(hit[1])
+                size = hit[0]
                 alloc += size
                 free += size
             try:
@@ -232,10 +217,12 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                                 f"is not in the plan\n{plan.grid(mark=op.key)}") from None
             coll = ((op.key.token, op.group) if op.kind is coll_kind and len(op.group) > 1
                     else None)
-            steps.append((price(op), alloc, host_alloc, free, host_free, deps, start_deps, coll))
+            steps.append((price(op, work_shape), alloc, host_alloc, free, host_free, deps, start_deps, coll))
         stop = first + len(program.ops)
         programs.append((program.device, program.stream, first, stop))
         first = stop
+    if again:
+        cost.renote(tuple(again))
     static = [cost.static_memory_bytes(d) for d in plan.devices]
     host_static = [cost.static_host_bytes(d) for d in plan.devices]
     return Compiled(plan, ops, programs, steps, static, host_static)

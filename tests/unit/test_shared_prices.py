@@ -78,11 +78,8 @@ def test_memo_makes_its_notes_again_on_a_hit():
         return profile.gemm_time_s(m, 64, 64, "fp32")
 
     memo = profile.memo(lookup, 8)
-    with profile.recording() as first:
-        memo(1)  # below the table: a note
-    with profile.recording() as second:
-        with profile.recording() as inner:  # recordings nest
-            value = memo(1)
+    _, first = profile.noted(memo, 1)  # below the table: a note
+    (value, inner), second = profile.noted(profile.noted, memo, 1)  # calls nest
     assert calls == [1] and value == lookup(1)
     assert first and second == first and inner == first
     assert profile._recorders == []
