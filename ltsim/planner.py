@@ -30,8 +30,8 @@ from ltsim.errors import ConfigError, LtsimError
 from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
-# 17-55 minutes at the 1,824-5,951 plans per minute measured on a 2-core machine
-# (validation/perf/README.md); past it a sweep is hours, and its point list fills memory
+# 9-41 minutes at the 2,466-11,344 plans per minute measured on a 2-core machine
+# (validation/perf/README.md, 2026-11-24); past it a sweep is hours, and its point list fills memory
 MAX_GRID_POINTS = 100_000
 METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_bytes",
            "static_memory_bytes", "fits",
