@@ -356,7 +356,7 @@ class Profile:
         return value, tuple(dict.fromkeys(notes)) if notes else ()
 
     def renote(self, notes: tuple) -> None:
-        """Make ``notes`` (from ``recording``) again: as warnings, and in any recording."""
+        """Make ``notes`` (from ``noted``) again: as warnings, and in any ``noted`` call open."""
         for note in notes:
             self._note(note)
 
@@ -364,7 +364,6 @@ class Profile:
         """``fn`` memoized by its positional arguments (at most ``maxsize`` values, then begun
         anew), with the notes of each value made again on every hit."""
         cache: dict[tuple, tuple[T, tuple]] = {}
-
         recorders = self._recorders
 
         def call(*args):
