@@ -507,10 +507,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output("--out", args.out)
     check_distinct({"--out": args.out}, (Path(args.scenario),))
     schedule = exporter(run(load_scenario(args.scenario, args.set)).plans[0])
-    try:
-        args.out.write_text(schedule.to_csv(), newline="")
-    except OSError as exc:
-        raise ConfigError("--out", "a writable file", str(args.out), context=exc.strerror) from exc
+    written("--out", args.out, lambda: args.out.write_text(schedule.to_csv(), newline=""))
     print(f"{schedule.describe()}\nschedule written to {args.out}")
     return EXIT_OK
 

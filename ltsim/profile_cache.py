@@ -1,10 +1,12 @@
-"""A disk cache of parsed profiles (issue 13): every command used to spend about 75 ms turning a
-profile's CSV tables into lookups (validation/perf/README.md); unpickling the result takes 3 ms.
+"""A disk cache of parsed profiles (issue 13): every command used to spend 60-71 ms turning the
+H100 profile's CSV tables into lookups; unpickling the result takes 2 ms
+(validation/perf/cache_costs.py).
 
 An entry is keyed by a digest of everything a :class:`~ltsim.profiles.Profile` is built from: the
-bytes of the tables it reads and of ``meta.json``, the profile's path, the attention kernel
-chosen, the Python version, and the source of the modules that parse and interpolate
-(profiles.py, profile_files.py, lookup.py). Any edit to one of them is a miss, and the profile is
+bytes of the profile's ``meta.json`` and tables (every ``*.csv`` of the folder: a superset of
+those a Profile reads, so no list here can fall behind profiles.py), the profile's path, the
+attention kernel chosen, the Python version, and the source of the modules that parse and
+interpolate (profiles.py, profile_files.py, lookup.py). Any edit to one of them is a miss, and the profile is
 parsed again: a changed input is recomputed, never served stale.
 
 Where: ``$LTSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ltsim``, else ``~/.cache/ltsim``, in
@@ -28,9 +30,6 @@ T = TypeVar("T")
 
 FORMAT = 1  # bump when what is pickled changes in a way the sources' digest would not show
 MAX_ENTRIES = 32
-# the files a Profile is built from (profiles.Profile.__init__); the others are read lazily by
-# the cost model, each with its own in-process cache
-PROFILE_FILES = ("meta.json", "gemm.csv", "attention.csv", "collectives.csv", "gemm_bwd.csv")
 _SOURCES = ("profiles.py", "profile_files.py", "lookup.py")
 
 
@@ -67,9 +66,8 @@ def _digest(directory: Path, kernel: str) -> str | None:
     try:
         for name in _SOURCES:
             h.update((here / name).read_bytes())
-        for name in PROFILE_FILES:
-            path = directory / name
-            h.update(f"|{name}|".encode())
+        for path in [directory / "meta.json", *sorted(directory.glob("*.csv"))]:
+            h.update(f"|{path.name}|".encode())
             if path.is_file():  # not a folder, a FIFO or a device of that name
                 h.update(path.read_bytes())
     except OSError:

@@ -101,8 +101,9 @@ def read_meta(directory: str | Path) -> ProfileMeta:
         raise ProfileError(f"{path}: meta.json must be a JSON object of the profile's fields "
                            f"(device, memory_bytes, method, date, ...). {fix}")
     number = isinstance(meta.memory_bytes, (int, float)) and not isinstance(meta.memory_bytes, bool)
-    if not (number and 0 < meta.memory_bytes < NO_LIMIT_BYTES) or not isinstance(meta.tables, dict) or not all(
-            isinstance(v, dict) for v in meta.tables.values()):
+    tables_ok = isinstance(meta.tables, dict) and all(isinstance(v, dict)
+                                                      for v in meta.tables.values())
+    if not (number and 0 < meta.memory_bytes < NO_LIMIT_BYTES) or not tables_ok:
         raise ProfileError(f"{path}: meta.json must give memory_bytes as a positive number and "
                            "tables as an object of objects. Fix: compare with profiles/cpu-ci/meta.json")
     return meta

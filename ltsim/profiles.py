@@ -364,20 +364,13 @@ class Profile:
         """``fn`` memoized by its positional arguments (at most ``maxsize`` values, then begun
         anew), with the notes of each value made again on every hit."""
         cache: dict[tuple, tuple[T, tuple]] = {}
-        recorders = self._recorders
 
         def call(*args):
             hit = cache.get(args)
             if hit is None:
                 if len(cache) >= maxsize:
                     cache.clear()
-                notes: list[tuple] = []  # noted(), inline: a memo is called per slice and layer
-                recorders.append(notes)
-                try:
-                    value = fn(*args)
-                finally:
-                    recorders.pop()
-                hit = cache[args] = (value, tuple(dict.fromkeys(notes)) if notes else ())
+                hit = cache[args] = self.noted(fn, *args)
             elif hit[1]:
                 self.renote(hit[1])
             return hit[0]

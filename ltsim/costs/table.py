@@ -67,7 +67,6 @@ class TableCostModel:
         _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
         self._flops = _flops_table(model)  # (tokens, context) -> model_flops term
-        self.noted = self.profile.noted  # type: ignore[method-assign]
 
     def compute_s(self, kind: OpKind, work: Work, *, part: str = "", keep: Keep = Keep.ALL) -> float:
         return self._compute.time_s(kind, work, part, keep)
@@ -134,7 +133,7 @@ class TableCostModel:
                 self.working_sets, self.profile.tables)
 
     def noted(self, fn: Callable[..., T], *args: Any) -> tuple[T, tuple]:
-        return self.profile.noted(fn, *args)  # (__init__ binds the profile's instead: a call less)
+        return self.profile.noted(fn, *args)
 
     def renote(self, notes: tuple) -> None:
         self.profile.renote(notes)

@@ -101,7 +101,7 @@ class Prices:
 
 _SHARED: dict = {}  # price scope -> Prices, the most recently used last
 SHARED_SCOPES = 4
-SHARED_ENTRIES = 200_000  # per scope, then begun anew: ~65 MB at the 1024-GPU plan's 322 B a price
+SHARED_ENTRIES = 200_000  # per scope, then begun anew: ~65 MB (324 B a price: cache_costs.py)
 
 
 def shared_prices(cost: CostModel) -> Prices:
@@ -197,9 +197,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             work = op.work
             work_shape = None
             if work is not None:  # an op's working set is held while it runs
-                work_shape = shapes.get(id(work))  # shape(), inline: a call less per op
-                if work_shape is None:
-                    work_shape = shapes[id(work)] = work.cost_shape()
+                work_shape = shape(work)  # once per op: price() takes it too
                 wkey = (op.kind, work_shape, op.part)
                 hit = working.get(wkey)
                 if hit is None:

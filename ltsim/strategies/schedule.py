@@ -26,10 +26,10 @@ _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
 
 # A plan holds an op per chunk, stage and pass: past this many chunks a batch would take minutes
-# to plan and replay (18 us an op on the 1024-GPU plan of validation/perf/phases.py: 16,384
-# chunks at pp 8, about 400K ops, take some 7 s a batch)
-# and gigabytes to hold, so it is refused at once. The largest bundled batches have a few
-# thousand (validation/perf's 1024-GPU cases: 4,096 sequences; dp 32 x 256 micro-batches: 8,192).
+# to plan and replay and gigabytes to hold, so it is refused at once (18 us an op on the 1024-GPU
+# plan of validation/perf/phases.py: 16,384 chunks at pp 8, about 400K ops, take some 7 s a
+# batch). The largest bundled batches have a few thousand (validation/perf's 1024-GPU cases:
+# 4,096 sequences; dp 32 x 256 micro-batches: 8,192).
 MAX_CHUNKS = 16_384
 
 
