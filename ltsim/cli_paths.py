@@ -4,6 +4,7 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,6 +55,8 @@ def check_output(flag: str, path: Path | None) -> None:
     if path.is_dir():
         raise ConfigError(flag, "a file path, not a directory", str(path),
                           f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
+    if path.exists() and stat.S_ISFIFO(path.stat().st_mode):  # opening it could wait forever
+        raise ConfigError(flag, "a file, not a named pipe", str(path), "give a file name")
     blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
     if blocking is not None:
         raise ConfigError(flag, "a path whose folders are folders", str(path),

@@ -24,8 +24,10 @@ sampled) are shorter than the real data; only the published points are reproduce
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import importlib.resources
+import io
 import json
 import math
 from dataclasses import dataclass, replace
@@ -35,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ltsim.errors import ConfigError
+from ltsim.files import read_input
 
 KEY = "workload.dataset"
 KIB_TOKENS = 1024  # "1K" in the seed papers' tables
@@ -244,13 +247,14 @@ def load_dataset(dataset: str) -> LengthBins | LengthArray:
         raise ConfigError(KEY, f"a length file ending in {', '.join(FILE_SUFFIXES)}", dataset,
                           "write one integer per line (.txt) or a num_tokens column (.csv/.parquet/.jsonl)")
     stat = path.stat()
-    return _read_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return _read_file(str(path), str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=8)
-def _read_file(path: str, mtime_ns: int, size: int) -> LengthArray:
-    """Read and check a user length file; cached by path, modification time and size."""
-    del mtime_ns  # only part of the cache key: an edited file is read again
+def _read_file(path: str, target: str, mtime_ns: int, size: int) -> LengthArray:
+    """Read and check a user length file (messages name ``path`` as given); cached by it, the
+    file it leads to, modification time and size."""
+    del target, mtime_ns  # only part of the cache key: an edited or relinked file is read again
     if size == 0:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length")
     suffix = Path(path).suffix.lower()
@@ -307,7 +311,7 @@ def _read_txt(path: str) -> Rows:
 
 def _read_text(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_input(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(KEY, "a UTF-8 text file", path,
                           "give a text file, or a .parquet table for binary data") from None
@@ -316,6 +320,9 @@ def _read_text(path: str) -> str:
 
 
 def _unreadable(path: str, err: OSError) -> ConfigError:
+    if err.errno in (errno.EAGAIN, errno.EINVAL):  # not a regular file (ltsim/files.py)
+        return ConfigError(KEY, "a regular length file", path, "give a file, not a pipe or a "
+                           "device", context=err.strerror)
     return ConfigError(KEY, "a readable length file", path, "check its permissions (ls -l)",
                        context=err.strerror or type(err).__name__)
 
@@ -351,7 +358,8 @@ def _read_table(path: str) -> Rows:
     import pandas as pd  # pandas is slow to import; only user tables need it
 
     try:
-        frame = pd.read_parquet(path) if path.lower().endswith(".parquet") else pd.read_csv(path)
+        data = io.BytesIO(read_input(path))  # never pandas' own open: it could block
+        frame = pd.read_parquet(data) if path.lower().endswith(".parquet") else pd.read_csv(data)
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
     except UnicodeDecodeError:

@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from ltsim.files import read_input
+
 T = TypeVar("T")
 
 FORMAT = 1  # bump when what is pickled changes in a way the sources' digest would not show
@@ -65,11 +67,11 @@ def _digest(directory: Path, kernel: str) -> str | None:
     here = Path(__file__).parent
     try:
         for name in _SOURCES:
-            h.update((here / name).read_bytes())
+            h.update((here / name).read_bytes())  # ltsim's own source
         for path in [directory / "meta.json", *sorted(directory.glob("*.csv"))]:
             h.update(f"|{path.name}|".encode())
             if path.is_file():  # not a folder, a FIFO or a device of that name
-                h.update(path.read_bytes())
+                h.update(read_input(path))
     except OSError:
         return None
     return h.hexdigest()

@@ -6,6 +6,7 @@ names and builds the lookups on top of them.
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
+from ltsim.files import read_input
 from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
@@ -73,6 +75,12 @@ def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
     return out
 
 
+def _read_fix(exc: OSError) -> str:
+    if exc.errno in (errno.EAGAIN, errno.EINVAL):  # not a regular file (ltsim/files.py)
+        return "Fix: make it a regular file (a copy, not a link to a device or a kernel file)"
+    return "Fix: check its permissions"
+
+
 def read_meta(directory: str | Path) -> ProfileMeta:
     """Read meta.json; raises ProfileError when it is missing or malformed."""
     path = Path(directory) / "meta.json"
@@ -81,7 +89,7 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            "directory written by `ltsim profile` or a script under profiles/")
     fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path).decode("utf-8"))
         meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
@@ -95,8 +103,8 @@ def read_meta(directory: str | Path) -> ProfileMeta:
     except TypeError:  # an unknown or a missing field: named by the fix, not quoted from the file
         meta = None
     except OSError as exc:
-        raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). Fix: check its "
-                           "permissions") from None
+        raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). {_read_fix(exc)}"
+                           ) from None
     if meta is None:
         raise ProfileError(f"{path}: meta.json must be a JSON object of the profile's fields "
                            f"(device, memory_bytes, method, date, ...). {fix}")
@@ -175,12 +183,12 @@ def read_rows(directory: str | Path, name: str) -> Table:
                            f"profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
     except OSError as exc:
-        raise ProfileError(f"{path}: table '{name}' is unreadable ({exc.strerror}). Fix: check its "
-                           "permissions") from None
+        raise ProfileError(f"{path}: table '{name}' is unreadable ({exc.strerror}). "
+                           f"{_read_fix(exc)}") from None
     lines = [line.split("#", 1)[0] for line in text.splitlines()]
     try:
         records = list(csv.reader(line for line in lines if line.strip()))

@@ -5,6 +5,7 @@ Unknown keys are errors; every error names the file, the key path, the rule, the
 
 from __future__ import annotations
 
+import errno
 import math
 import re
 import tomllib
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.errors import ConfigError
+from ltsim.files import read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD
 from ltsim.model import ModelSpec, get_model
@@ -114,14 +116,17 @@ def read_text_file(path: Path, key: str, what: str) -> str:
     if not path.is_file():
         raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a device")
     try:
-        if path.stat().st_size > MAX_INPUT_BYTES:
+        data = read_input(path, MAX_INPUT_BYTES)
+        if len(data) > MAX_INPUT_BYTES:
             raise ConfigError(key, f"a {what} of at most {MAX_INPUT_BYTES // 2**20} MiB", str(path),
                               "check the path: this is not a scenario-sized text file")
-        data = path.read_bytes()
     except PermissionError:
         raise ConfigError(key, f"a readable {what}", str(path), "check its permissions (ls -l) or "
                           "copy it somewhere you can read", context="permission denied") from None
     except OSError as exc:
+        if exc.errno == errno.EAGAIN:  # a kernel file that looked regular (ltsim/files.py)
+            raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a "
+                              "device", context=exc.strerror) from None
         raise ConfigError(key, f"a readable {what}", str(path), "check the file",
                           context=exc.strerror or type(exc).__name__) from None
     try:

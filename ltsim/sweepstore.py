@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.errors import ConfigError, LtsimError
+from ltsim.files import input_blocks, read_input
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -85,9 +86,11 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     """sha256 of a file's bytes; cached by path, modification time and size."""
     del mtime_ns, size  # only part of the cache key: an edited file is hashed again
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+    try:
+        for block in input_blocks(path):
             digest.update(block)
+    except OSError as exc:  # the point reports it when it reads the file; keyed by the failure
+        return f"unreadable:{exc.errno}"
     return digest.hexdigest()
 
 
@@ -118,6 +121,8 @@ class SweepStore:
         if path and Path(path).is_dir():
             raise ConfigError("--db", "a SQLite file, not a directory", str(path), fix)
         try:
+            if path and Path(path).exists():
+                read_input(path, 16)  # raises, never waits, on a device or a kernel file
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path)
@@ -137,7 +142,7 @@ class SweepStore:
             self._conn.commit()
         except (sqlite3.Error, OSError) as exc:
             raise ConfigError("--db", "a SQLite file ltsim can open and write", str(path), fix,
-                              context=str(exc)) from None
+                              context=getattr(exc, "strerror", None) or str(exc)) from None
 
     def done(self, scenario: str) -> dict[str, dict[str, Any]]:
         """Finished points of a scenario: point key -> result row (whatever their inputs)."""

@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parents[2] / "ltsim"
 
 # Lower numbers sit lower; a module may import only modules of a lower or equal level.
 LEVELS = {
-    "errors": 0, "units": 0, "gcpause": 0,
+    "errors": 0, "units": 0, "gcpause": 0, "files": 0,
     "model": 1, "workload": 1, "datasets": 1, "hardware": 1, "parallel": 1, "plan": 1, "work": 1,
     "plan_check": 1, "trace": 1, "mirrors": 1,
     "profiles": 2, "profile_files": 2, "lookup": 2, "profile_cache": 2,

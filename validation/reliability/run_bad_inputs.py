@@ -12,7 +12,7 @@ the table is what a user waits, interpreter start and imports included. The cont
 runs the same cases in-process.
 
 Running as root, a file with mode 000 is still readable; the permission cases then make
-``Path.open`` raise the PermissionError a normal user would get (the table says so).
+``Path.open`` and ``os.open`` raise the PermissionError a normal user would get (the table says so).
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ FIG6 = "scenarios/examples/chunkflow-fig6-cs2-k1.toml"  # unit costs: fast
 TINY = "scenarios/examples/cpu-llama-tiny-chunkflow.toml"  # reads the optional eager tables
 EPP = "scenarios/infinipipe/gpt-7b-64k-infinipipe.toml"  # InfiniPipe: MILP options
 DIR = object()  # a file spec: make a directory
+FIFO = object()  # a file spec: make a named pipe (reading or writing it would wait for the other end)
+KERNEL = "/proc/kmsg"  # looks like an empty regular file; a read waits for the kernel's next message
+
+
+@dataclass(frozen=True)
+class Link:
+    """A file spec: a symbolic link to ``target``."""
+
+    target: str
 
 
 @dataclass(frozen=True)
@@ -336,6 +345,21 @@ CASES: tuple[Case, ...] = (
     Case("scenario file", "simulate {tmp}/s.toml", "workload.global_batch_size",
          (("s.toml", 'name = "x"\n[model]\npreset = "qwen2.5-7b"\n[workload]\n'
                      'dataset = "lmsys-chat-1m"\n[strategy]\nname = "megatron-1f1b"\n'),)),
+    # -- files that would block their reader or writer (2026-11-24) ------------------------------------
+    Case("scenario file", "simulate {tmp}/kernel.toml", "kernel.toml", (("kernel.toml", Link(KERNEL)),)),
+    Case("scenario file", "simulate {tmp}/pipe.toml", "pipe.toml", (("pipe.toml", FIFO),)),
+    Case("profile tables", f"simulate {QS} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", None),))), ("p/gemm.csv", Link(KERNEL)))),
+    Case("profile tables", f"simulate {QS} --set hardware.profile={{tmp}}/p", "meta.json",
+         (("p", Profile((("meta.json", None),))), ("p/meta.json", Link(KERNEL)))),
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db {{tmp}}/kernel.sqlite", "--db",
+         (("kernel.sqlite", Link(KERNEL)),)),
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db {{tmp}}/pipe.sqlite", "--db",
+         (("pipe.sqlite", FIFO),)),
+    Case("output path", f"simulate {FIG6} --trace {{tmp}}/pipe.json", "--trace",
+         (("pipe.json", FIFO),)),
+    Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/kernel.txt", "kernel.txt",
+         (("kernel.txt", Link(KERNEL)),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -353,6 +377,10 @@ def prepare(case: Case, tmp: Path) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         if spec is DIR:
             path.mkdir(exist_ok=True)
+        elif spec is FIFO:
+            os.mkfifo(path)
+        elif isinstance(spec, Link):
+            path.symlink_to(spec.target)
         elif isinstance(spec, Profile):
             shutil.copytree(REPO / "profiles" / "cpu-ci", path, dirs_exist_ok=True)
             for table, content in spec.edits:
@@ -388,6 +416,7 @@ def patched(case: Case, tmp: Path) -> Iterator[None]:
     when running as root (mode 000 does not stop root)."""
     saved_torch = sys.modules.get("torch", ...)
     original_open = pathlib.Path.open
+    original_os_open = os.open
     if case.no_torch:
         sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError
     if simulated_denial(case):
@@ -398,11 +427,18 @@ def patched(case: Case, tmp: Path) -> Iterator[None]:
                 raise PermissionError(13, "Permission denied", str(self))
             return original_open(self, *args, **kwargs)
 
+        def deny_fd(path, *args, **kwargs):  # ltsim.files opens with os.open
+            if Path(path).resolve() == locked:
+                raise PermissionError(13, "Permission denied", str(path))
+            return original_os_open(path, *args, **kwargs)
+
         pathlib.Path.open = deny  # type: ignore[method-assign]
+        os.open = deny_fd
     try:
         yield
     finally:
         pathlib.Path.open = original_open  # type: ignore[method-assign]
+        os.open = original_os_open
         if case.no_torch:
             if saved_torch is ...:
                 sys.modules.pop("torch", None)

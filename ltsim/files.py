@@ -1,0 +1,45 @@
+"""Reading the files a user names, without ever waiting on one.
+
+A path may lead (through a symlink, say) to a file that blocks its reader: a FIFO, or a kernel
+file such as /proc/kmsg, which looks like an empty regular file and waits for data. Opened here
+with O_NONBLOCK, such a read fails at once, with an OSError that every caller turns into a
+message naming the key and the file, instead of hanging the command.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Iterator
+
+WAITS = "it waits for data: a device, a pipe or a kernel file, not a file of text"
+BLOCK = 1 << 20
+
+
+def input_blocks(path: str | os.PathLike, limit: int | None = None) -> Iterator[bytes]:
+    """The bytes of ``path`` in blocks, at most ``limit`` of them when given; OSError when it
+    is not a regular file or would block."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        left = limit
+        while left is None or left > 0:
+            try:
+                block = os.read(fd, BLOCK if left is None else min(BLOCK, left))
+            except BlockingIOError:
+                raise OSError(errno.EAGAIN, WAITS) from None
+            if not block:
+                return
+            if left is not None:
+                left -= len(block)
+            yield block
+    finally:
+        os.close(fd)
+
+
+def read_input(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, or its first ``limit`` + 1 when it holds more (a size check can
+    then tell it is too big without reading it all: a kernel file's size reads as 0)."""
+    return b"".join(input_blocks(path, None if limit is None else limit + 1))

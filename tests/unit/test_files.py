@@ -1,0 +1,53 @@
+"""ltsim.files: inputs are read without ever waiting on a device, a pipe or a kernel file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import pytest
+
+from ltsim.files import input_blocks, read_input
+
+
+def test_a_regular_file_is_read_whole_or_up_to_one_past_the_limit(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"x" * 3000)
+    assert read_input(path) == b"x" * 3000
+    assert read_input(path, 100) == b"x" * 101  # enough to tell it is too big
+    assert read_input(path, 5000) == b"x" * 3000
+    assert b"".join(input_blocks(path)) == b"x" * 3000
+
+
+def test_a_named_pipe_is_refused_at_once(tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(OSError) as info:
+        read_input(pipe)
+    assert info.value.errno == errno.EINVAL
+
+
+def test_a_folder_is_an_oserror(tmp_path):
+    with pytest.raises(OSError):
+        read_input(tmp_path)
+
+
+@pytest.mark.skipif(not os.access("/proc/kmsg", os.R_OK), reason="needs read access to /proc/kmsg")
+def test_a_kernel_file_that_waits_for_data_is_refused_not_waited_on(tmp_path):
+    link = tmp_path / "scenario.toml"
+    link.symlink_to("/proc/kmsg")  # a regular file of size 0 whose plain read blocks
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            outcome.append(read_input(link, 1024))
+        except OSError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "read_input waited on /proc/kmsg"
+    # either the kernel had nothing (EAGAIN) or a message was pending and came back at once
+    assert isinstance(outcome[0], bytes) or outcome[0].errno == errno.EAGAIN
