@@ -187,15 +187,32 @@ def _evaluate_all(kind: str, arg: int | str, scenario: Scenario, todo: list[dict
     _warm(scenario)  # workers fork from here with the profile and the modules loaded
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context(),
                                initializer=_worker_init, initargs=(os.getpid(),))
-    # a few points per task: each task costs a round trip, a point only ~10 ms
-    size = max(1, min(8, len(todo) // (4 * workers)))
-    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    batches = _tasks(todo, workers)
     try:
         futures = [pool.submit(_evaluate_batch, scenario.raw, scenario.source, b) for b in batches]
         for batch, future in zip(batches, futures):
             yield from zip(batch, future.result())
     finally:  # also on Ctrl-C / SIGTERM: queued points are dropped, running workers stopped
         _stop(pool)
+
+
+def _tasks(todo: list[dict[str, Any]], workers: int) -> list[list[dict[str, Any]]]:
+    """The points in tasks for a pool: a run of points that differ only in the grid's last key
+    (the K values of one ChunkSize, say) is one task, since a worker keeps what they share
+    (prices, ChunkFlow's chunks) and two workers would both compute it; runs are cut to at most
+    a (2 x workers)-th of the points, so that every worker has work."""
+    cap = max(1, math.ceil(len(todo) / (2 * workers)))
+    tasks: list[list[dict[str, Any]]] = []
+    shared = None
+    for point in todo:
+        keys = list(point)[:-1]
+        mine = [(k, point[k]) for k in keys]
+        if tasks and mine == shared and len(tasks[-1]) < cap:
+            tasks[-1].append(point)
+        else:
+            tasks.append([point])
+            shared = mine
+    return tasks
 
 
 def _evaluate_batch(raw: dict[str, Any], source: str, batch: list[dict[str, Any]]) -> list[dict]:

@@ -172,6 +172,23 @@ def test_grid_syntax_errors(capsys):
     assert "section.key=v1,v2" in capsys.readouterr().err
 
 
+def test_pool_tasks_keep_the_last_key_s_values_together():
+    from ltsim.planner import _tasks
+
+    grid = expand_grid(["strategy.chunk_size=2048,4096,8192,16384", "strategy.k=1,2,4,8"])
+    tasks = _tasks(grid, 2)
+    assert [p for task in tasks for p in task] == grid  # every point once, in grid order
+    # the K values of one ChunkSize share its chunks and prices: one worker computes them
+    assert [{p["strategy.chunk_size"] for p in task} for task in tasks] == [
+        {2048}, {4096}, {8192}, {16384}]
+    one_axis = expand_grid(["strategy.k=" + ",".join(map(str, range(1, 17)))])
+    split = _tasks(one_axis, 2)
+    assert [p for task in split for p in task] == one_axis
+    assert len(split) >= 4  # two tasks a worker at least: the pool stays busy
+    wide = expand_grid(["strategy.chunk_size=1,2", "strategy.k=" + ",".join(map(str, range(40)))])
+    assert max(len(task) for task in _tasks(wide, 2)) <= 20
+
+
 def test_sweep_plot_with_one_key_writes_a_line_chart(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     plot = tmp_path / "line.png"
