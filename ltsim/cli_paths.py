@@ -4,6 +4,7 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
+import shutil
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +24,13 @@ def check_figure_suffix(path: Path) -> None:
     if suffix:
         from matplotlib.backend_bases import FigureCanvasBase
 
+        from matplotlib import rcParams
+
+        tex = rcParams["pgf.texsystem"]
+        if suffix == ".pgf" and not shutil.which(tex):
+            raise ConfigError("--plot", "a figure format this machine can write", str(path),
+                              f"e.g. --plot {path.with_suffix('.pdf')}",
+                              context=f"matplotlib writes .pgf through {tex}, which is not installed")
         if suffix[1:] in FigureCanvasBase.get_supported_filetypes():
             return
     raise ConfigError("--plot", "a file name ending in a figure format (.png, .pdf, .svg, ...)",
