@@ -9,6 +9,7 @@ message on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import sys
 import time
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ltsim", description="Simulate, compare, size and validate long-context LLM training "
         "schedules. Exit codes: 0 ok, 1 a check or validation out of tolerance, 2 bad input.")
+    from ltsim import __version__
+
+    parser.add_argument("--version", action="version", version=f"ltsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("simulate", help="predict one scenario")
     _scenario_args(p)
@@ -105,6 +109,9 @@ def _add_profile_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name a terminal cannot show is escaped, not fatal
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a file ltsim was pointed at; the commands turn the ones they know
         if exc.filename is None:  # into ConfigErrors, this names any other and its reason
             raise
-        print(f"ltsim {args.command}: error: '{exc.filename}' must be a usable path (got "
+        print(f"ltsim {args.command}: error: {str(exc.filename)!r} must be a usable path (got "
               f"{exc.strerror or type(exc).__name__}). Fix: check the path and its permissions",
               file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -186,6 +193,7 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
             raise ConfigError("--strategies", "a comma-separated list without empty items", text,
                               "remove the extra comma")
         name, *opts = item.split(":")
+        name = name.strip().lower()  # names are case-insensitive (strategies.get_strategy)
         try:
             pairs = [parse_override(o) for o in opts]
         except ConfigError:

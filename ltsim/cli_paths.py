@@ -4,6 +4,8 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -18,6 +20,12 @@ _FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # else matplotlib 
 def check_figure_suffix(path: Path) -> None:
     """A --plot path ends in a format matplotlib writes (it would otherwise fail after the work, or
     write another file than the one named: no suffix means .png added)."""
+    try:  # matplotlib refuses to import under an MPLBACKEND it does not know
+        importlib.import_module("matplotlib")
+    except ValueError:
+        raise ConfigError("MPLBACKEND", "a backend matplotlib knows (ltsim draws its files with "
+                          "Agg whatever it names)", os.environ.get("MPLBACKEND", ""),
+                          "unset MPLBACKEND, or set MPLBACKEND=Agg") from None
     suffix = path.suffix.lower()
     if suffix in _FIGURE_SUFFIXES:
         return
@@ -68,7 +76,7 @@ def check_output(flag: str, path: Path | None) -> None:
     blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
     if blocking is not None:
         raise ConfigError(flag, "a path whose folders are folders", str(path),
-                          "choose another folder", context=f"{blocking} is a file")
+                          "choose another folder", context=f"{str(blocking)!r} is a file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

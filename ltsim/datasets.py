@@ -37,9 +37,10 @@ from typing import Callable
 import numpy as np
 
 from ltsim.errors import ConfigError
-from ltsim.files import read_input
+from ltsim.files import expand_user, read_input
 
 KEY = "workload.dataset"
+MAX_LENGTH_FILE_BYTES = 64 * 2**20  # ~9M lengths of text; parsing more takes minutes
 KIB_TOKENS = 1024  # "1K" in the seed papers' tables
 Rows = tuple[np.ndarray, Callable[[int], str]]  # a reader's lengths, and row index -> "line N" for messages
 FILE_SUFFIXES = (".txt", ".csv", ".parquet", ".jsonl")
@@ -232,7 +233,7 @@ def load_dataset(dataset: str) -> LengthBins | LengthArray:
     builtin = _BUILTINS.get(dataset.strip().lower())
     if builtin is not None:
         return builtin()
-    path = Path(dataset).expanduser()
+    path = expand_user(dataset)
     if path.suffix.lower() not in FILE_SUFFIXES and not path.exists() and "/" not in dataset:
         raise ConfigError(KEY, f"a built-in dataset ({', '.join(dataset_names())}) or a path to a "
                           f"{'/'.join(FILE_SUFFIXES)} length file", dataset,
@@ -247,6 +248,10 @@ def load_dataset(dataset: str) -> LengthBins | LengthArray:
         raise ConfigError(KEY, f"a length file ending in {', '.join(FILE_SUFFIXES)}", dataset,
                           "write one integer per line (.txt) or a num_tokens column (.csv/.parquet/.jsonl)")
     stat = path.stat()
+    if stat.st_size > MAX_LENGTH_FILE_BYTES:
+        raise ConfigError(KEY, f"a length file of at most {MAX_LENGTH_FILE_BYTES // 2**20} MiB "
+                          "(millions of lengths)", dataset, "give a sample of the lengths: a few "
+                          "thousand describe a distribution, and reading more takes minutes")
     return _read_file(str(path), str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
@@ -340,6 +345,9 @@ def _read_jsonl(path: str) -> Rows:
         except RecursionError:  # arrays nested thousands deep
             raise ConfigError(KEY, "a JSON Lines file of flat objects", path,
                               f"fix line {i + 1}: it nests too deep") from None
+        except ValueError:  # an integer of thousands of digits
+            raise ConfigError(KEY, "a JSON Lines file of realistic numbers", path,
+                              f"fix line {i + 1}: a number there has thousands of digits") from None
         field = next((c for c in LENGTH_COLUMNS if isinstance(record, dict) and c in record), None)
         if field is None:
             raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,

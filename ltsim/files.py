@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 from typing import Iterator
 
 WAITS = "it waits for data: a device, a pipe or a kernel file, not a file of text"
@@ -43,3 +44,12 @@ def read_input(path: str | os.PathLike, limit: int | None = None) -> bytes:
     """The bytes of ``path``, or its first ``limit`` + 1 when it holds more (a size check can
     then tell it is too big without reading it all: a kernel file's size reads as 0)."""
     return b"".join(input_blocks(path, None if limit is None else limit + 1))
+
+
+def expand_user(path: str | os.PathLike) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded, or as written when that user (or
+    the home folder) is unknown: the path then fails later as a missing file, by its name."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        return Path(path)

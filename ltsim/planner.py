@@ -107,7 +107,7 @@ def check_executor(spec: str) -> tuple[str, int | str]:
         return "local", 0
     if spec.startswith("local:"):
         count = spec[len("local:"):]
-        if count.isdigit() and 1 <= int(count) <= 4096:
+        if re.fullmatch(r"[0-9]+", count) and 1 <= int(count) <= 4096:  # not isdigit: '٣' is one
             return "local", int(count)
         raise ConfigError("--executor", rule, spec, f"e.g. --executor local:{os.cpu_count() or 2}")
     if spec.startswith("dask://"):
@@ -179,7 +179,8 @@ def _evaluate_all(kind: str, arg: int | str, scenario: Scenario, todo: list[dict
     if kind == "dask":
         yield from _evaluate_dask(str(arg), scenario, todo)
         return
-    workers = int(arg) or 1
+    # no more processes than points, nor than a few per core (each holds a copy of the parent)
+    workers = max(1, min(int(arg), len(todo), 4 * (os.cpu_count() or 1)))
     if workers == 1:
         for p in todo:
             yield p, evaluate_point(scenario.raw, scenario.source, p)

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from ltsim.files import read_input
+from ltsim.files import expand_user, read_input
 
 T = TypeVar("T")
 
@@ -39,8 +39,16 @@ def cache_dir() -> Path | None:
     """The folder of parsed profiles, or None when ``LTSIM_CACHE_DIR`` is set empty."""
     value = os.environ.get("LTSIM_CACHE_DIR")
     if value is not None:
-        return Path(value).expanduser() / "profiles" if value.strip() else None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        folder = expand_user(value)
+        if not value.strip() or str(folder).startswith("~"):  # off, or an unknown user's home
+            return None
+        return folder / "profiles"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = expand_user("~")
+        if home == Path("~"):  # no home folder known: no cache
+            return None
+        base = str(home / ".cache")
     return Path(base) / "ltsim" / "profiles"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.errors import ConfigError, LtsimError
-from ltsim.files import input_blocks, read_input
+from ltsim.files import expand_user, input_blocks, read_input
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -54,7 +54,7 @@ def input_digest(raw: dict[str, Any], source: str = "") -> str:
     parts = [_ltsim_digest()]
     dataset = raw.get("workload", {}).get("dataset")
     if isinstance(dataset, str) and dataset:
-        path = Path(resolve_dataset(dataset, source)).expanduser()
+        path = expand_user(resolve_dataset(dataset, source))
         parts.append(_file_digest(*_stat_key(path)) if path.is_file() else f"name:{dataset}")
     profile = _profile_dir(raw.get("hardware", {}))
     if profile is not None:

@@ -40,9 +40,12 @@ POOL_BATCHES = 32
 # Size guards: inputs past these are unit slips (bytes for tokens, an extra 000), not workloads; they
 # are refused at once instead of planning for hours. 2^31 tokens per sequence is hundreds of times the
 # longest contexts trained today (a few million tokens); 10^9 tokens per global batch is 60x the 16M
-# of Llama 3 405B's final batch; 2^24 sampled sequences is 65,536 batches of 256.
+# of Llama 3 405B's final batch; 16,384 sequences per global batch is 4x the largest bundled one
+# (a plan holds ops per sequence: strategies/schedule.py MAX_CHUNKS gives the same bound on chunks);
+# 2^18 sampled sequences is 1,024 batches of 256, minutes to simulate.
 MAX_BATCH_TOKENS = 10**9
-MAX_SAMPLED_SEQUENCES = 2**24
+MAX_BATCH_SEQUENCES = 16_384
+MAX_SAMPLED_SEQUENCES = 2**18
 
 
 def _is_int(value: object) -> bool:
@@ -95,6 +98,11 @@ class Workload:
         if not self.lengths and (not _is_int(self.global_batch_size) or self.global_batch_size < 1):
             raise ConfigError("workload.global_batch_size", "a positive integer",
                               self.global_batch_size)
+        if self.lengths and self.global_batch_size not in (0, len(self.lengths)):
+            raise ConfigError("workload.global_batch_size", f"left out, or {len(self.lengths)} (the "
+                              "number of workload.lengths, which are the batch)",
+                              self.global_batch_size, "remove global_batch_size, or list that many "
+                              "lengths")
         self._check_size()
         longest = max(self.lengths or (self.fixed_length,))
         if self.max_length and not self.dataset and longest > self.max_length:
@@ -106,7 +114,8 @@ class Workload:
         return self
 
     def _check_size(self) -> None:
-        """The size guards (MAX_SEQUENCE_TOKENS, MAX_BATCH_TOKENS, MAX_SAMPLED_SEQUENCES)."""
+        """The size guards (MAX_SEQUENCE_TOKENS, MAX_BATCH_TOKENS, MAX_BATCH_SEQUENCES,
+        MAX_SAMPLED_SEQUENCES)."""
         fix = "lengths are in tokens; check for a unit slip or an extra digit"
         for key, value in (("lengths", max(self.lengths, default=0)),
                            ("fixed_length", self.fixed_length), ("max_length", self.max_length)):
@@ -118,8 +127,8 @@ class Workload:
             key = "workload.lengths" if self.lengths else "workload.global_batch_size"
             raise ConfigError(key, f"a global batch of at most {MAX_BATCH_TOKENS:,} tokens", tokens,
                               "use fewer or shorter sequences per global batch")
-        if self.batch_size > MAX_SAMPLED_SEQUENCES:
-            raise ConfigError("workload.global_batch_size", f"at most {MAX_SAMPLED_SEQUENCES:,} "
+        if self.batch_size > MAX_BATCH_SEQUENCES:
+            raise ConfigError("workload.global_batch_size", f"at most {MAX_BATCH_SEQUENCES:,} "
                               "sequences", self.batch_size, "global batches are sequences, not tokens")
         if self.num_batches * self.batch_size > MAX_SAMPLED_SEQUENCES:
             raise ConfigError("workload.num_batches", f"such that num_batches x global_batch_size is at "

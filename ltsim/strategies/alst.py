@@ -37,7 +37,8 @@ from ltsim.strategies.base import PlanContext, split_replicas
 from ltsim.strategies.deepspeed_cp import check_no_pipeline
 from ltsim.strategies.lowering import DEFAULT_PASSES, lower
 from ltsim.strategies.offload import offload
-from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, ulysses_layout
+from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count, keep_policy,
+                                      ulysses_layout)
 
 NAME = "alst"
 _ACT = Mem("act", keep=Keep.ALL)  # a layer's activations while its recompute's graph lives
@@ -116,6 +117,10 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, grid: L
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    # each layer of each sequence is its own ops (HF checkpointing, layer by layer)
+    check_chunk_count(len(batch) * ctx.model.num_layers, "model.num_layers", ctx.model.num_layers,
+                      what="layer steps (sequences x layers)",
+                      fix="use fewer layers, or fewer sequences per global batch")
     passes = DEFAULT_PASSES
     if options.offload_checkpoints:
         passes += (offload(("ckpt",), sync=not options.offload_async),)

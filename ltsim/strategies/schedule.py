@@ -33,11 +33,12 @@ _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 MAX_CHUNKS = 16_384
 
 
-def check_chunk_count(num_chunks: int, key: str, value: object) -> None:
-    """Raise ConfigError when a batch would be cut into more than MAX_CHUNKS chunks."""
+def check_chunk_count(num_chunks: int, key: str, value: object, *, what: str = "chunks",
+                      fix: str = "use larger chunks or shorter sequences") -> None:
+    """Raise ConfigError when a batch would be cut into more than MAX_CHUNKS chunks (or pieces
+    planned as chunks are: ``what``)."""
     if num_chunks > MAX_CHUNKS:
-        raise ConfigError(key, f"such that a batch has at most {MAX_CHUNKS:,} chunks", value,
-                          "use larger chunks or shorter sequences",
+        raise ConfigError(key, f"such that a batch has at most {MAX_CHUNKS:,} {what}", value, fix,
                           context=f"this batch would make {num_chunks:,}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -103,3 +104,29 @@ def test_bundled_scenarios_are_found_from_any_directory(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert main(["simulate", "scenarios/examples/chunkflow-fig2-baseline.toml", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] > 0
+
+
+def test_a_path_with_a_newline_stays_on_one_line(tmp_path, capsys):
+    (tmp_path / "f.txt\n").write_text("x\n")
+    fig6 = str(REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml")
+    assert main(["simulate", fig6, "--trace", f"{tmp_path}/f.txt\n/t.json"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--trace" in lines[0] and "Fix:" in lines[0]
+
+
+@pytest.mark.skipif(bool(shutil.which("xelatex")), reason="xelatex installed: .pgf can be written")
+def test_a_pgf_plot_without_tex_is_refused_before_the_work(tmp_path, capsys):
+    fig6 = str(REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml")
+    assert main(["simulate", fig6, "--plot", str(tmp_path / "g.pgf")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and "xelatex" in err and "Fix:" in err
+
+
+def test_an_unknown_mplbackend_is_a_message_not_a_traceback(tmp_path):
+    fig6 = str(REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml")
+    proc = subprocess.run([sys.executable, "-m", "ltsim", "simulate", fig6, "--plot",
+                           str(tmp_path / "g.png")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MPLBACKEND": "nosuchbackend"})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "MPLBACKEND" in proc.stderr and "Fix:" in proc.stderr

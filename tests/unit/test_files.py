@@ -51,3 +51,19 @@ def test_a_kernel_file_that_waits_for_data_is_refused_not_waited_on(tmp_path):
     assert not worker.is_alive(), "read_input waited on /proc/kmsg"
     # either the kernel had nothing (EAGAIN) or a message was pending and came back at once
     assert isinstance(outcome[0], bytes) or outcome[0].errno == errno.EAGAIN
+
+
+def test_an_unknown_users_home_is_left_as_written():
+    from pathlib import Path
+
+    from ltsim.files import expand_user
+
+    assert expand_user("~nosuchuser-7f3a/l.txt") == Path("~nosuchuser-7f3a/l.txt")
+    assert expand_user("/abs/l.txt") == Path("/abs/l.txt")
+
+
+def test_the_profile_cache_is_off_under_an_unknown_users_home(monkeypatch):
+    from ltsim.profile_cache import cache_dir
+
+    monkeypatch.setenv("LTSIM_CACHE_DIR", "~nosuchuser-7f3a/cache")
+    assert cache_dir() is None  # not a folder named "~nosuchuser-7f3a" in the working directory

@@ -369,7 +369,11 @@ def test_edited_file_is_read_again(tmp_path: Path) -> None:
     (dict(fixed_length=2**30, global_batch_size=2),
      r"'workload\.global_batch_size' must be a global batch of at most 1,000,000,000 tokens"),
     (dict(dataset="wikipedia", global_batch_size=10**9),
-     r"'workload\.global_batch_size' must be at most 16,777,216 sequences"),
+     r"'workload\.global_batch_size' must be at most 16,384 sequences"),
+    (dict(fixed_length=1, global_batch_size=100_000),
+     r"'workload\.global_batch_size' must be at most 16,384 sequences"),
+    (dict(dataset="wikipedia", global_batch_size=256, num_batches=65_536),
+     r"'workload\.num_batches' must be such that num_batches x global_batch_size is at most"),
     (dict(dataset="wikipedia", global_batch_size=256, num_batches=10**8),
      r"'workload\.num_batches' must be such that num_batches x global_batch_size is at most"),
 ])

@@ -45,6 +45,13 @@ KERNEL = "/proc/kmsg"  # looks like an empty regular file; a read waits for the 
 
 
 @dataclass(frozen=True)
+class Sparse:
+    """A file spec: a sparse file of ``size`` bytes (zeros, no disk used)."""
+
+    size: int
+
+
+@dataclass(frozen=True)
 class Link:
     """A file spec: a symbolic link to ``target``."""
 
@@ -360,6 +367,22 @@ CASES: tuple[Case, ...] = (
          (("pipe.json", FIFO),)),
     Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/kernel.txt", "kernel.txt",
          (("kernel.txt", Link(KERNEL)),)),
+    # -- found by a probe of 448 new inputs (2026-11-24) --------------------------------------------
+    Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/digits.jsonl", "digits.jsonl",
+         (("digits.jsonl", '{"num_tokens": 1' + "0" * 5000 + "}\n"),)),
+    Case("length file", f"simulate {QS} --set workload.dataset=~nosuchuser-7f3a/l.txt",
+         "~nosuchuser-7f3a/l.txt"),
+    Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/huge.txt", "huge.txt",
+         (("huge.txt", Sparse(3 * 2**30)),)),
+    Case("size guard", f"simulate {FIG6} --set workload.fixed_length=1 --set "
+         "workload.global_batch_size=100000", "workload.global_batch_size"),
+    Case("size guard", f"simulate {QS} --set workload.num_batches=65536", "workload.num_batches"),
+    Case("size guard", "simulate scenarios/alst/h100x8-llama3.1-8b.toml --set model.num_layers=100000",
+         "model.num_layers"),
+    Case("wrong type", f"simulate {QS} --set parallel.tp=1 --set parallel.pp=1 --set "
+         "workload.lengths=[4,2]", "workload.global_batch_size"),
+    Case("strategy", f"compare {FIG6} --strategies CHUNKFLOW,chunkflow", "--strategies"),
+    Case("--executor", f"sweep {FIG6} --grid strategy.k=1,2 --executor local:\u0663", "--executor"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -381,6 +404,9 @@ def prepare(case: Case, tmp: Path) -> list[str]:
             os.mkfifo(path)
         elif isinstance(spec, Link):
             path.symlink_to(spec.target)
+        elif isinstance(spec, Sparse):
+            with open(path, "wb") as handle:
+                handle.truncate(spec.size)
         elif isinstance(spec, Profile):
             shutil.copytree(REPO / "profiles" / "cpu-ci", path, dirs_exist_ok=True)
             for table, content in spec.edits:
