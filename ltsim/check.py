@@ -63,7 +63,17 @@ def load_cases(path: Path) -> list[Case]:
                           "write each case under its own [[case]] header", source=source)
     if not items:
         raise ConfigError("case", "at least one [[case]] table", 0, source=source)
-    return [_case(i, item, source) for i, item in enumerate(items)]
+    cases = [_case(i, item, source) for i, item in enumerate(items)]
+    names = [case.name for case in cases]
+    for i, name in enumerate(names):
+        if not name.strip():  # a report line names each case; an empty one names nothing
+            raise ConfigError(f"case[{i}].name", "a non-empty name", name,
+                              'e.g. name = "chunkflow vs megatron"', source=source)
+        if name in names[:i]:
+            raise ConfigError(f"case[{i}].name", "a name no other case has", name,
+                              "give each case its own name (the report tells the cases "
+                              "apart by it)", source=source)
+    return cases
 
 
 def _case(i: int, item: dict[str, Any], source: str) -> Case:

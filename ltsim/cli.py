@@ -234,6 +234,12 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.report import format_maxlen
     from ltsim.scenario import load_scenario
 
+    if not args.workload:  # one sequence per replica replaces the scenario's [workload]
+        ignored = next((o for o in args.set or [] if o.strip().startswith("workload.")), None)
+        if ignored is not None:
+            raise ConfigError("--set", "no workload.* key without --workload (maxlen searches "
+                              "one sequence per replica, not the scenario's workload)", ignored,
+                              "drop it, or add --workload to scale the workload's lengths")
     base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
     check_output("--plot", args.plot)
     check_distinct({"--plot": args.plot}, (Path(args.scenario),))

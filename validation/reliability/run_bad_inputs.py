@@ -382,6 +382,10 @@ CASES: tuple[Case, ...] = (
     Case("wrong type", f"simulate {QS} --set parallel.tp=1 --set parallel.pp=1 --set "
          "workload.lengths=[4,2]", "workload.global_batch_size"),
     Case("strategy", f"compare {FIG6} --strategies CHUNKFLOW,chunkflow", "--strategies"),
+    Case("strategy", f"maxlen {QS} --set workload.global_batch_size=-5 --max-length 4096", "--set"),
+    Case("ltsim check", "check {tmp}/r.toml", "case[0].name",
+         (("r.toml", _check_file(_CASE.replace('name = "c"', 'name = ""'))),)),
+    Case("ltsim check", "check {tmp}/r.toml", "case[1].name", (("r.toml", _check_file(_CASE + _CASE)),)),
     Case("--executor", f"sweep {FIG6} --grid strategy.k=1,2 --executor local:\u0663", "--executor"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
