@@ -223,7 +223,8 @@ def check_override_key(key: str, flag: str = "--set") -> None:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
-    items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides)
+    items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
+    given = {key for key, _ in items}
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for key, value in items:
         section, _, name = key.rpartition(".")
@@ -234,6 +235,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
         if section == "workload" and name in ("dataset", "lengths", "fixed_length"):
             for other in {"dataset", "lengths", "fixed_length"} - {name}:
                 target.pop(other, None)  # choosing one workload source replaces the others
+            if name == "lengths" and "workload.global_batch_size" not in given:
+                target.pop("global_batch_size", None)  # the lengths are the batch, and its size
     return merged
 
 

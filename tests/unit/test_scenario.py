@@ -167,3 +167,15 @@ def test_bundled_scenarios_are_found_by_their_repository_path(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert load_scenario("scenarios/quickstart.toml").name == "quickstart-qwen2.5-7b-32k"
     assert load_scenario("examples/chunkflow-fig2-baseline.toml").workload.lengths
+
+
+def test_set_lengths_replaces_the_dataset_draw_and_its_batch_size():
+    """--set workload.lengths=[...] on a dataset scenario (DESIGN.md's own example) runs those
+    lengths as the batch: the file's global_batch_size, the dataset draw's size, goes with it."""
+    from ltsim.scenario import apply_overrides
+
+    raw = {"workload": {"dataset": "lmsys-chat-1m", "global_batch_size": 256, "num_batches": 2}}
+    merged = apply_overrides(raw, ["workload.lengths=[4,2,1,1]"])
+    assert merged["workload"] == {"lengths": [4, 2, 1, 1], "num_batches": 2}
+    both = apply_overrides(raw, ["workload.lengths=[4,2]", "workload.global_batch_size=2"])
+    assert both["workload"]["global_batch_size"] == 2
