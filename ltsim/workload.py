@@ -128,8 +128,9 @@ class Workload:
             raise ConfigError(key, f"a global batch of at most {MAX_BATCH_TOKENS:,} tokens", tokens,
                               "use fewer or shorter sequences per global batch")
         if self.batch_size > MAX_BATCH_SEQUENCES:
-            raise ConfigError("workload.global_batch_size", f"at most {MAX_BATCH_SEQUENCES:,} "
-                              "sequences", self.batch_size, "global batches are sequences, not tokens")
+            key = "workload.lengths" if self.lengths else "workload.global_batch_size"
+            raise ConfigError(key, f"a global batch of at most {MAX_BATCH_SEQUENCES:,} sequences",
+                              self.batch_size, "global batches are sequences, not tokens")
         if self.num_batches * self.batch_size > MAX_SAMPLED_SEQUENCES:
             raise ConfigError("workload.num_batches", f"such that num_batches x global_batch_size is at "
                               f"most {MAX_SAMPLED_SEQUENCES:,} sequences", self.num_batches,
