@@ -30,12 +30,10 @@ def check_figure_suffix(path: Path) -> None:
     if suffix in _FIGURE_SUFFIXES:
         return
     if suffix:
+        from matplotlib import rcParams
         from matplotlib.backend_bases import FigureCanvasBase
 
-        from matplotlib import rcParams
-
-        tex = rcParams["pgf.texsystem"]
-        if suffix == ".pgf" and not shutil.which(tex):
+        if suffix == ".pgf" and not shutil.which(tex := rcParams["pgf.texsystem"]):
             raise ConfigError("--plot", "a figure format this machine can write", str(path),
                               f"e.g. --plot {path.with_suffix('.pdf')}",
                               context=f"matplotlib writes .pgf through {tex}, which is not installed")

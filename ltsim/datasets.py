@@ -24,7 +24,6 @@ sampled) are shorter than the real data; only the published points are reproduce
 from __future__ import annotations
 
 import csv
-import errno
 import functools
 import importlib.resources
 import io
@@ -37,7 +36,7 @@ from typing import Callable
 import numpy as np
 
 from ltsim.errors import ConfigError
-from ltsim.files import expand_user, read_input
+from ltsim.files import NotRegularFile, expand_user, read_input
 
 KEY = "workload.dataset"
 MAX_LENGTH_FILE_BYTES = 64 * 2**20  # ~9M lengths of text; parsing more takes minutes
@@ -325,7 +324,7 @@ def _read_text(path: str) -> str:
 
 
 def _unreadable(path: str, err: OSError) -> ConfigError:
-    if err.errno in (errno.EAGAIN, errno.EINVAL):  # not a regular file (ltsim/files.py)
+    if isinstance(err, NotRegularFile):
         return ConfigError(KEY, "a regular length file", path, "give a file, not a pipe or a "
                            "device", context=err.strerror)
     return ConfigError(KEY, "a readable length file", path, "check its permissions (ls -l)",

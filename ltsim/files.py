@@ -18,19 +18,24 @@ WAITS = "it waits for data: a device, a pipe or a kernel file, not a file of tex
 BLOCK = 1 << 20
 
 
+class NotRegularFile(OSError):
+    """The path leads to something other than a regular file (a pipe, a device), or to a kernel
+    file whose read would wait for data."""
+
+
 def input_blocks(path: str | os.PathLike, limit: int | None = None) -> Iterator[bytes]:
-    """The bytes of ``path`` in blocks, at most ``limit`` of them when given; OSError when it
-    is not a regular file or would block."""
+    """The bytes of ``path`` in blocks, at most ``limit`` of them when given; NotRegularFile when
+    it is not a regular file or would block, another OSError when it cannot be read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise NotRegularFile(errno.EINVAL, "not a regular file")
         left = limit
         while left is None or left > 0:
             try:
                 block = os.read(fd, BLOCK if left is None else min(BLOCK, left))
             except BlockingIOError:
-                raise OSError(errno.EAGAIN, WAITS) from None
+                raise NotRegularFile(errno.EAGAIN, WAITS) from None
             if not block:
                 return
             if left is not None:

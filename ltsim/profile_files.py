@@ -6,7 +6,6 @@ names and builds the lookups on top of them.
 from __future__ import annotations
 
 import csv
-import errno
 import json
 import math
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
-from ltsim.files import read_input
+from ltsim.files import NotRegularFile, read_input
 from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
@@ -76,7 +75,7 @@ def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
 
 
 def _read_fix(exc: OSError) -> str:
-    if exc.errno in (errno.EAGAIN, errno.EINVAL):  # not a regular file (ltsim/files.py)
+    if isinstance(exc, NotRegularFile):
         return "Fix: make it a regular file (a copy, not a link to a device or a kernel file)"
     return "Fix: check its permissions"
 

@@ -5,7 +5,6 @@ Unknown keys are errors; every error names the file, the key path, the rule, the
 
 from __future__ import annotations
 
-import errno
 import math
 import re
 import tomllib
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.errors import ConfigError
-from ltsim.files import read_input
+from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD
 from ltsim.model import ModelSpec, get_model
@@ -124,7 +123,7 @@ def read_text_file(path: Path, key: str, what: str) -> str:
         raise ConfigError(key, f"a readable {what}", str(path), "check its permissions (ls -l) or "
                           "copy it somewhere you can read", context="permission denied") from None
     except OSError as exc:
-        if exc.errno == errno.EAGAIN:  # a kernel file that looked regular (ltsim/files.py)
+        if isinstance(exc, NotRegularFile):  # a kernel file that looked regular
             raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a "
                               "device", context=exc.strerror) from None
         raise ConfigError(key, f"a readable {what}", str(path), "check the file",

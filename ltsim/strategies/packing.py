@@ -3,8 +3,8 @@
 Algorithm 1 tries bin counts 1, 2, ... and takes the first that packs. We do the same, cheaply:
 first-fit decreasing (FFD) gives an upper bound U, ceil(total / fullest bin) and the count of items
 larger than half the capacity give a lower bound L, and an exact depth-first search tries each
-count from L up to U - 1 within a budget of nodes and steps shared by the counts (bounded time,
-about 0.5 s on a 2-core machine at worst). When the search proves a smaller count feasible we
+count from L up to U - 1 within a budget of nodes and steps shared by the counts (bounded time:
+0.43 s on the hardest batch of validation/perf/packing_search.py, 2-core machine). When the search proves a smaller count feasible we
 take it; when the budget runs out we keep FFD's packing (FFD uses at most 11/9 OPT + 6/9 bins,
 Dosa 2007). Policies: ``"min-bins"`` (default, the above), ``"ffd"``, ``"in-order"`` (consecutive
 sequences fill a chunk until the next does not fit, as a packed data loader would).
@@ -17,7 +17,7 @@ import math
 from ltsim.errors import ConfigError
 
 POLICIES = ("min-bins", "ffd", "in-order")
-NODE_BUDGET = 20_000  # search nodes, over all the bin counts tried (~20 us each here)
+NODE_BUDGET = 20_000  # search nodes, over all the bin counts tried (~20 us each on 256 items)
 STEP_BUDGET = 1_000_000  # subset-enumeration steps, likewise
 SUBSET_SUM_BITS = 1 << 20  # fullest_bin tabulates capacities up to this
 
@@ -36,18 +36,19 @@ def pack(sizes: list[int], capacity: int, policy: str = "min-bins") -> list[list
     if policy == "ffd":
         return bins
     budget = [NODE_BUDGET, STEP_BUDGET]  # shared by the counts tried: bounds the whole search
-    for count in range(lower_bound(sizes, capacity), len(bins)):
-        found = exact_pack(sizes, capacity, count, budget)
+    fullest = fullest_bin(sizes, capacity)
+    for count in range(lower_bound(sizes, capacity, fullest), len(bins)):
+        found = exact_pack(sizes, capacity, count, budget, fullest)
         if found is not None:
             return found
     return bins
 
 
-def lower_bound(sizes: list[int], capacity: int) -> int:
+def lower_bound(sizes: list[int], capacity: int, fullest: int | None = None) -> int:
     """max(ceil(total / fullest), items larger than capacity / 2): no bin holds more than the
     fullest subset total ``fullest_bin`` allows, and no two of those items share a bin."""
-    return max(math.ceil(sum(sizes) / fullest_bin(sizes, capacity)),
-               sum(1 for s in sizes if 2 * s > capacity))
+    fullest = fullest_bin(sizes, capacity) if fullest is None else fullest
+    return max(math.ceil(sum(sizes) / fullest), sum(1 for s in sizes if 2 * s > capacity))
 
 
 def fullest_bin(sizes: list[int], capacity: int) -> int:
@@ -110,19 +111,20 @@ def ffd_by_scanning(sizes: list[int], capacity: int) -> list[list[int]]:
     return [sorted(b) for b in bins]
 
 
-def exact_pack(sizes: list[int], capacity: int, count: int, budget: list[int] | None = None
-               ) -> list[list[int]] | None:
+def exact_pack(sizes: list[int], capacity: int, count: int, budget: list[int] | None = None,
+               fullest: int | None = None) -> list[list[int]] | None:
     """A packing into ``count`` bins, or None (none exists, or a budget ran out).
 
     Bin completion (Korf 2002, simplified): put the largest item left into a new bin, fill the
     rest of that bin with a subset of the remaining items (fullest first), recurse. A bin may
-    waste at most the slack ``count * capacity - total``, which prunes hard near the optimum. Items
+    fall short of the fullest total a bin can hold (``fullest_bin``) by at most the slack
+    ``count * fullest - total``, which prunes hard near the optimum. Items
     of equal size are interchangeable, so a state is its multiset of sizes left (with the bins
     left): one that failed is not searched again (a batch of a few distinct lengths reaches the
     same state along many paths). Two budgets bound the time: search nodes, and the steps of the
     subset enumeration.
     """
-    fullest = fullest_bin(sizes, capacity)
+    fullest = fullest_bin(sizes, capacity) if fullest is None else fullest
     slack = fullest * count - sum(sizes)  # the waste a packing can afford, against full bins
     if slack < 0:
         return None

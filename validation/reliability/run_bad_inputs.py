@@ -70,7 +70,8 @@ class Case:
     category: str
     command: str  # after `ltsim`; {tmp} is the case's folder
     names: str  # the message must contain this (a key path, a flag or a file name)
-    files: tuple[tuple[str, object], ...] = ()  # under {tmp}: str | bytes | DIR | Profile | SQLiteFile
+    # under {tmp}: str | bytes | DIR | FIFO | Link | Sparse | Profile | SQLiteFile
+    files: tuple[tuple[str, object], ...] = ()
     unreadable: str = ""  # a file under {tmp} that cannot be read (mode 000)
     no_torch: bool = False  # run as if torch were not installed
 
