@@ -61,11 +61,20 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
 
 def check_output(flag: str, path: Path | None) -> None:
     """An output path is checked before the work starts: a file name (not a folder) whose folder
-    exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError."""
+    exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError (also for
+    a path the system refuses to look at: too long, a folder without permission)."""
     if path is None:
         return
     if flag == "--plot":
         check_figure_suffix(path)
+    try:
+        _check_output(flag, path)
+    except OSError as exc:
+        raise ConfigError(flag, "a path this system can use", str(path), "give a shorter or "
+                          "accessible path", context=exc.strerror or type(exc).__name__) from None
+
+
+def _check_output(flag: str, path: Path) -> None:
     if path.is_dir():
         raise ConfigError(flag, "a file path, not a directory", str(path),
                           f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
@@ -88,9 +97,10 @@ def check_folder(flag: str, path: Path | None) -> None:
     if path is None:
         return
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(flag, "a folder, not a file", str(path), "name a new or existing folder")
     try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(flag, "a folder, not a file", str(path),
+                              "name a new or existing folder")
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(flag, "a folder that exists or can be created", str(path),

@@ -233,6 +233,14 @@ def load_dataset(dataset: str) -> LengthBins | LengthArray:
     if builtin is not None:
         return builtin()
     path = expand_user(dataset)
+    try:
+        return _load_file(dataset, path)
+    except OSError as exc:  # a path the system refuses to look at (too long, no permission)
+        raise ConfigError(KEY, "a path this system can use", dataset, "give a shorter or "
+                          "accessible path", context=exc.strerror or type(exc).__name__) from None
+
+
+def _load_file(dataset: str, path: Path) -> LengthArray:
     if path.suffix.lower() not in FILE_SUFFIXES and not path.exists() and "/" not in dataset:
         raise ConfigError(KEY, f"a built-in dataset ({', '.join(dataset_names())}) or a path to a "
                           f"{'/'.join(FILE_SUFFIXES)} length file", dataset,

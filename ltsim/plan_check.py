@@ -27,6 +27,7 @@ _COVERING = itemgetter(0, 1, 2, 3, 6, 8, 15)  # kind, device, stage, chunk, work
 _KEY = itemgetter(15)
 _DEPS = itemgetter(10)
 _START_DEPS = itemgetter(11)
+_EFFECTS = itemgetter(12, 13)  # allocs, frees
 
 
 def _check_placement(plan: Plan):
@@ -38,11 +39,13 @@ def _check_placement(plan: Plan):
     layers = [d.layers for d in plan.devices]
     OPT = OpKind.OPT
     for program in plan.programs:
-        stream = program.stream
+        stream, owner = program.stream, program.device
         for kind, device, stage, op_stream, work, comm, key in map(_PLACED, program.ops):
             if key in seen:
                 return f"op {key.token} appears twice on device {device}", key
             seen.add(key)
+            if device != owner:
+                return f"op {key.token} of device {device} is in device {owner}'s program", key
             if device >= count or stages[device] != stage:
                 return f"op {key.token} runs on device {device}, which does not hold stage {stage}", key
             if op_stream != stream:
@@ -209,24 +212,35 @@ def _check_buffers(plan: Plan):
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
     balance: dict = {}
-    allocated: dict[int, set] = {}  # per device, every buffer any of its programs allocates
-    for program in plan.programs:
-        allocated.setdefault(program.device, set()).update(
-            buf for op in program.ops for buf in op.allocs)
+    allocated: dict[int, set] = {}  # per device, every buffer any of its programs allocates:
+    # made on first need (a free before its allocation in program order, on another stream)
+
+    def allocated_on(device: int) -> set:
+        found = allocated.get(device)
+        if found is None:
+            found = allocated[device] = {buf for p in plan.programs if p.device == device
+                                         for op in p.ops for buf in op.allocs}
+        return found
+
     for program in plan.programs:
         live: set = set()
         device = program.device
         for op in program.ops:
-            for buf in op.allocs:
+            allocs, frees = _EFFECTS(op)
+            if not (allocs or frees):
+                continue
+            for buf in allocs:
                 if buf in live:
                     return f"buffer {buf.name} allocated twice on device {op.device}", op.key
                 live.add(buf)
-                balance[(device, buf)] = balance.get((device, buf), 0) + 1
-            for buf in op.frees:
-                count = balance[(device, buf)] = balance.get((device, buf), 0) - 1
+                bkey = (device, buf)
+                balance[bkey] = balance.get(bkey, 0) + 1
+            for buf in frees:
+                bkey = (device, buf)
+                count = balance[bkey] = balance.get(bkey, 0) - 1
                 if buf in live:
                     live.discard(buf)
-                elif count < 0 and buf not in allocated[device]:
+                elif count < 0 and buf not in allocated_on(device):
                     return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
     for (device, buf), count in balance.items():
         if count > 0:

@@ -165,8 +165,11 @@ def resolve_profile(directory: str | Path) -> Path:
     candidates = ([PROFILES_DIR / text, Path(text)] if bare
                   else [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])])
     for path in candidates:
-        if path.is_dir():
-            return path.resolve()
+        try:
+            if path.is_dir():
+                return path.resolve()
+        except OSError:  # a path the system refuses (too long, ...): not a profile
+            continue
     raise ProfileError(f"unknown profile '{text}' (no such directory). Available in {PROFILES_DIR}: "
                        f"{', '.join(available_profiles()) or 'none'}. Fix: use one of these names "
                        "or the path of a directory written by `ltsim profile`")

@@ -115,7 +115,17 @@ def _with_units(columns: Sequence[tuple[str, str, Any]], rows: Sequence[dict[str
 
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     rows = compare_rows(results)
-    return format_table(rows, _with_units(COMPARE_COLUMNS, rows))
+    lines = [format_table(rows, _with_units(COMPARE_COLUMNS, rows))]
+    for label, d in results:  # what simulate would print under each result, a few per strategy
+        warnings = d.get("warnings", [])
+        lines += [f"warning: {label}: {w}" for w in warnings[:_COMPARE_WARNINGS]]
+        if len(warnings) > _COMPARE_WARNINGS:
+            lines.append(f"warning: {label}: ... and {len(warnings) - _COMPARE_WARNINGS} more "
+                         "(see --json)")
+    return "\n".join(lines)
+
+
+_COMPARE_WARNINGS = 3
 
 
 def to_json(data: Any) -> str:

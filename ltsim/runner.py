@@ -45,7 +45,12 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
     workload = scenario.workload
+    notes = []
     if strategy.batching is not None:
+        written = scenario.raw.get("workload", {}).get("batching")
+        if written is not None and written != strategy.batching:
+            notes.append(f'workload.batching = "{written}" is not used: {strategy.name} samples '
+                         f'its batches "{strategy.batching}"')
         workload = workload.with_batching(strategy.batching)
     for batch in workload.sample(scenario.seed):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
@@ -64,7 +69,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
                     host_memory_limit_bytes=cost.host_memory_limit_bytes,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
-                    warnings=tuple(cost.warnings()),
+                    warnings=(*notes, *cost.warnings()),
                     unit_costs=scenario.cluster.device.is_unit)
     return Simulation(result, tuple(plans), tuple(traces))
 

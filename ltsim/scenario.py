@@ -19,7 +19,7 @@ from ltsim.memory import ALLOCATOR_OVERHEAD
 from ltsim.model import ModelSpec, get_model
 from ltsim.parallel import ParallelConfig
 from ltsim.units import MAX_NUMBER, GiB
-from ltsim.workload import Workload
+from ltsim.workload import MAX_BATCH_SEQUENCES, Workload
 
 _PACKAGE = Path(__file__).resolve().parent
 # Installed from a wheel the bundled scenarios ship inside the package (pyproject.toml maps the
@@ -83,38 +83,34 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     """
     path = find_scenario(path)
     raw = apply_overrides(read_toml_file(path, "scenario", "TOML file"), overrides or [])
-    if any_workload:
-        try:
-            _check_keys(raw)
-            devices = _cluster(raw.get("hardware", {})).num_devices
-        except ConfigError as exc:
-            raise exc.with_source(str(path)) if not exc.source else exc
-        raw = {**raw, "workload": {"fixed_length": 1, "global_batch_size": devices,
-                                   "num_batches": 1}}
-    return build_scenario(raw, source=str(path))
+    return build_scenario(raw, source=str(path), per_replica=any_workload)
 
 
 def find_scenario(path: str | Path) -> Path:
     """``path`` as given when it exists, else the bundled scenario of that relative name."""
     given = Path(path)
-    if given.exists() or given.is_absolute():
+    try:  # a path the system refuses (too long, ...) is read_text_file's to report
+        if given.exists() or given.is_absolute():
+            return given
+        parts = given.parts[1:] if given.parts[:1] == ("scenarios",) else given.parts
+        bundled = SCENARIOS_DIR.joinpath(*parts) if parts else given
+        return bundled if bundled.is_file() else given
+    except OSError:
         return given
-    parts = given.parts[1:] if given.parts[:1] == ("scenarios",) else given.parts
-    bundled = SCENARIOS_DIR.joinpath(*parts) if parts else given
-    return bundled if bundled.is_file() else given
 
 
 def read_text_file(path: Path, key: str, what: str) -> str:
     """The UTF-8 text of an input file. Every failure (missing, a directory, unreadable, too big,
     not UTF-8) is a ConfigError naming ``key`` and the file; the message never quotes the content."""
-    if not path.exists():
-        raise ConfigError(key, f"an existing {what}", str(path),
-                          f"check the path (relative paths start at {Path.cwd()})")
-    if path.is_dir():
-        raise ConfigError(key, f"a {what}, not a directory", str(path), "name a file inside it")
-    if not path.is_file():
-        raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a device")
     try:
+        if not path.exists():
+            raise ConfigError(key, f"an existing {what}", str(path),
+                              f"check the path (relative paths start at {Path.cwd()})")
+        if path.is_dir():
+            raise ConfigError(key, f"a {what}, not a directory", str(path), "name a file inside it")
+        if not path.is_file():
+            raise ConfigError(key, f"a regular {what}", str(path),
+                              "give a file, not a pipe or a device")
         data = read_input(path, MAX_INPUT_BYTES)
         if len(data) > MAX_INPUT_BYTES:
             raise ConfigError(key, f"a {what} of at most {MAX_INPUT_BYTES // 2**20} MiB", str(path),
@@ -126,7 +122,7 @@ def read_text_file(path: Path, key: str, what: str) -> str:
         if isinstance(exc, NotRegularFile):  # a kernel file that looked regular
             raise ConfigError(key, f"a regular {what}", str(path), "give a file, not a pipe or a "
                               "device", context=exc.strerror) from None
-        raise ConfigError(key, f"a readable {what}", str(path), "check the file",
+        raise ConfigError(key, f"a readable {what}", str(path), "check the path and the file",
                           context=exc.strerror or type(exc).__name__) from None
     try:
         return data.decode("utf-8")
@@ -239,9 +235,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
     return merged
 
 
-def build_scenario(raw: dict[str, Any], *, source: str = "") -> Scenario:
+def build_scenario(raw: dict[str, Any], *, source: str = "", per_replica: bool = False) -> Scenario:
+    """The Scenario of a TOML table. ``per_replica``: one 1-token sequence per DP replica stands
+    in for the file's workload (``ltsim maxlen`` replaces it), which is then not checked."""
     try:
-        return _build(raw, source)
+        return _build(raw, source, per_replica)
     except ConfigError as exc:
         raise exc.with_source(source) if source and not exc.source else exc
 
@@ -277,7 +275,7 @@ def _check_value(path: str, rule: str | None, value: Any, known: dict[str, str])
                               f"give {path} a realistic value")
 
 
-def _build(raw: dict[str, Any], source: str) -> Scenario:
+def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scenario:
     _check_keys(raw)
     if "name" not in raw:
         raise ConfigError("name", "given (a string naming the scenario)", None, 'add name = "..."')
@@ -302,6 +300,14 @@ def _build(raw: dict[str, Any], source: str) -> Scenario:
     from ltsim.strategies import get_strategy  # strategies sit below scenario; import on use
 
     get_strategy(name).parse(strategy)  # validate options now, at load time
+    if per_replica:
+        if parallel.dp > MAX_BATCH_SEQUENCES:
+            raise ConfigError("hardware.num_nodes", f"a cluster of at most {MAX_BATCH_SEQUENCES:,} "
+                              "DP replicas (ltsim maxlen simulates one sequence on each)",
+                              cluster.num_nodes, "use fewer nodes, or more GPUs per replica "
+                              "(parallel.tp, pp or cp)", context=f"{parallel.dp:,} replicas")
+        raw = {**raw, "workload": {"fixed_length": 1, "global_batch_size": parallel.dp,
+                                   "num_batches": 1}}
     work = dict(raw.get("workload", {}))
     work["lengths"] = tuple(work.get("lengths", ()))
     if work.get("dataset"):
@@ -376,6 +382,10 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ConfigError("hardware.memory_limit_gib", "a positive, finite number of GiB", limit,
                           "omit it to use the device's memory")
+    if limit is not None and device.is_unit and int(limit * GiB) < 1:
+        raise ConfigError("hardware.memory_limit_gib", "at least one token of activation (the "
+                          f"unit preset counts memory in tokens: 1 GiB is {GiB:,} tokens)", limit,
+                          f"give at least {1 / GiB:.3g}")
     if limit is not None and not device.is_unit and limit * GiB <= ALLOCATOR_OVERHEAD.fixed_bytes:
         raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "
                           f"({ALLOCATOR_OVERHEAD.fixed_bytes / GiB:g} GiB: CUDA context and NCCL "

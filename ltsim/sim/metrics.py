@@ -101,6 +101,9 @@ class Result:
         peaks = self.peak_memory_bytes_per_device
         worst = int(np.argmax(peaks))
         if peaks[worst] > self.memory_limit_bytes:
+            if self.unit_costs:  # the unit preset's memory is in tokens of activation
+                return (f"device {worst} needs {peaks[worst]:,} tokens, the limit is "
+                        f"{self.memory_limit_bytes:,} tokens")
             return (f"device {worst} needs {peaks[worst] / 2**30:.1f} GiB, the limit is "
                     f"{self.memory_limit_bytes / 2**30:.1f} GiB")
         host = self.peak_host_memory_bytes_per_device

@@ -70,6 +70,29 @@ def test_compare_speedup_is_throughput_when_batches_differ(capsys):
     assert abs(other["speedup"] - time_ratio) > 0.05  # its batches hold other token counts
 
 
+def test_a_batching_the_strategy_overrides_is_a_warning_in_the_table(capsys):
+    """Sorted batching samples "sorted-groups" whatever the scenario says: a scenario that wrote
+    another batching is told so, under the comparison table as under simulate's summary; a
+    scenario that wrote none is not."""
+    scenario = REPO / "scenarios/skrull/qwen2.5-0.5b-wikipedia.toml"
+    args = ["compare", str(scenario), "--strategies", "deepspeed-cp,sorted-batching",
+            "--set", "workload.num_batches=1"]
+    note = 'warning: sorted-batching: workload.batching = "iid" is not used'
+    assert main(args) == 0
+    assert note not in capsys.readouterr().out
+    assert main([*args, "--set", 'workload.batching="iid"']) == 0
+    out = capsys.readouterr().out
+    assert note in out and "warning: deepspeed-cp: workload.batching" not in out
+
+
+def test_a_unit_preset_that_does_not_fit_says_tokens(capsys):
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["simulate", str(example), "--set", "hardware.memory_limit_gib=2e-9"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out
+    assert "the limit is 2 tokens" in out and "GiB" not in out
+
+
 def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     db = tmp_path / "s.sqlite"

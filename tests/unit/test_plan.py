@@ -38,10 +38,10 @@ def _plan():
     return strategy.plan((4, 2, 1, 1), unit_ctx(pp=2), strategy.parse({}))
 
 
-def _replace_op(plan, device, token, **changes):
+def _replace_op(plan, where, token, **changes):
     programs = []
     for prog in plan.programs:
-        ops = tuple(op.evolve(**changes) if (op.device, op.token) == (device, token)
+        ops = tuple(op.evolve(**changes) if (op.device, op.token) == (where, token)
                     else op for op in prog.ops)
         programs.append(dataclasses.replace(prog, ops=ops))
     return dataclasses.replace(plan, programs=tuple(programs))
@@ -71,6 +71,7 @@ def test_validate_missing_backward():
 @pytest.mark.parametrize("device,token,changes,message", [
     (1, "s1F2", {"chunk": 1}, r"op s1F1 appears twice on device 1"),
     (1, "s1F2", {"stage": 0}, r"op s0F2 runs on device 1, which does not hold stage 0"),
+    (1, "s1F2", {"device": 0}, r"op s1F2 of device 0 is in device 1's program"),
     (1, "s1F2", {"stream": "comm"}, r"op s1F2 is in the compute program but says comm"),
     (1, "s1F2", {"work": None}, r"compute op s1F2 has no work"),
     (0, "s0SEND_F2", {"comm": None}, r"comm op s0SEND_F2 says nothing about what it moves"),

@@ -38,6 +38,7 @@ SECRET = "SECRET-do-not-echo-7f3a"
 QS = "scenarios/quickstart.toml"                     # 8 H100s, Qwen2.5-7B (28 heads, 4 KV heads)
 FIG6 = "scenarios/examples/chunkflow-fig6-cs2-k1.toml"  # unit costs: fast
 TINY = "scenarios/examples/cpu-llama-tiny-chunkflow.toml"  # reads the optional eager tables
+LONG = "n" * 300  # a file name longer than any file system takes (ENAMETOOLONG)
 EPP = "scenarios/infinipipe/gpt-7b-64k-infinipipe.toml"  # InfiniPipe: MILP options
 DIR = object()  # a file spec: make a directory
 FIFO = object()  # a file spec: make a named pipe (reading or writing it would wait for the other end)
@@ -388,6 +389,17 @@ CASES: tuple[Case, ...] = (
          (("r.toml", _check_file(_CASE.replace('name = "c"', 'name = ""'))),)),
     Case("ltsim check", "check {tmp}/r.toml", "case[1].name", (("r.toml", _check_file(_CASE + _CASE)),)),
     Case("--executor", f"sweep {FIG6} --grid strategy.k=1,2 --executor local:\u0663", "--executor"),
+    # -- paths the system refuses, a limit that rounds to nothing (2026-11-24, a later session) ---------
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db {{tmp}}/{LONG}/s.sqlite", "--db"),
+    Case("output path", f"simulate {FIG6} --trace {{tmp}}/{LONG}.json", "--trace"),
+    Case("output path", f"validate {TINY} --profile cpu-ci --out {{tmp}}/{LONG}", "--out"),
+    Case("scenario file", f"simulate {{tmp}}/{LONG}.toml", "scenario"),
+    Case("length file", f"simulate {QS} --set workload.dataset={{tmp}}/{LONG}.txt",
+         "workload.dataset"),
+    Case("profile tables", f"simulate {QS} --set hardware.profile={{tmp}}/{LONG}", "hardware.profile"),
+    Case("layout", f"simulate {FIG6} --set hardware.memory_limit_gib=1e-12",
+         "hardware.memory_limit_gib"),
+    Case("size guard", f"maxlen {QS} --set hardware.num_nodes=4000000", "hardware.num_nodes"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
