@@ -29,6 +29,7 @@ import importlib.resources
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -305,6 +306,9 @@ def _too_long(path: str, where: str) -> ConfigError:
                        "remove or correct that row", context=f"{where} is longer")
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]+")  # a .txt length: ASCII digits, as the CSV and JSON readers take
+
+
 def _read_txt(path: str) -> Rows:
     """One integer per line; blank lines are skipped. Returns (lengths, row index -> 'line N')."""
     values, numbers = [], []
@@ -312,10 +316,9 @@ def _read_txt(path: str) -> Rows:
         field = line.strip()
         if not field:
             continue
-        try:
-            values.append(int(field))
-        except ValueError:
-            raise _not_integer(path, f"line {i + 1}") from None
+        if not _WHOLE.fullmatch(field):  # int() also takes 1_000 and other scripts' digits
+            raise _not_integer(path, f"line {i + 1}")
+        values.append(int(field))
         numbers.append(i)
     where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
     return _as_lengths(path, values, where), where

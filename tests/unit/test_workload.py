@@ -310,6 +310,8 @@ def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content, fmt, message", [
     ("10\n20\nabc\n", "txt", r"a file of integer lengths.*; line 3 is not a whole number\. Fix: write each"),
     ("10\n2.5\n", "txt", r"line 2 is not a whole number"),
+    ("10\n1_000\n", "txt", r"line 2 is not a whole number"),
+    ("10\n\u0661\u0662\n", "txt", r"line 2 is not a whole number"),
     ("num_tokens\n10\nx\n", "csv", r"row 2 of column num_tokens is not a whole number"),
     ("num_tokens\n10\n\n12.5\n", "csv", r"row 2 of column num_tokens is not a whole number\."),
     ('{"num_tokens": 4}\n{"num_tokens": "4"}\n', "jsonl", r"integer lengths.*line 2 is not a whole number"),
