@@ -9,6 +9,7 @@ message on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import logging
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
-from ltsim.errors import ConfigError, LtsimError
+from ltsim.errors import ConfigError, LtsimError, PlanError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -116,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except LtsimError as exc:
-        print(f"ltsim {args.command}: error: {exc}", file=sys.stderr)
+        # a bad input's message is one line, whatever a path in it holds; a PlanError (a
+        # strategy's bug) keeps the grid it draws
+        text = str(exc) if isinstance(exc, PlanError) else _one_line(str(exc))
+        print(f"ltsim {args.command}: error: {text}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -131,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{exc.strerror or type(exc).__name__}). Fix: check the path and its permissions",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks and other unprintable characters escaped."""
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _require_torch(command: str) -> None:
@@ -353,7 +363,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"ltsim sweep: {count} of {total} points read from {args.db} (inputs unchanged)",
               file=sys.stderr)
 
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), contextlib.closing(store):  # closed: its WAL written back
         rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show,
                               on_stale=stale, on_reused=reused))
     keys = [spec.split("=", 1)[0].strip() for spec in args.grid]

@@ -30,6 +30,7 @@ import io
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -377,7 +378,10 @@ def _read_table(path: str) -> Rows:
 
     try:
         data = io.BytesIO(read_input(path))  # never pandas' own open: it could block
-        frame = pd.read_parquet(data) if path.lower().endswith(".parquet") else pd.read_csv(data)
+        with warnings.catch_warnings():  # pandas' warnings (DtypeWarning) quote the header
+            warnings.simplefilter("ignore")
+            frame = (pd.read_parquet(data) if path.lower().endswith(".parquet")
+                     else pd.read_csv(data, low_memory=False))
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
     except UnicodeDecodeError:
@@ -395,6 +399,10 @@ def _read_table(path: str) -> Rows:
         raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,
                           f"name the length column {' or '.join(LENGTH_COLUMNS)} in the first line "
                           f"({len(frame.columns)} columns found, none of them that)")
+    if frame[column].dtype.kind not in "iufO":  # dates, durations, booleans: not token counts
+        raise ConfigError(KEY, "a file of integer lengths", path, "write each length as a whole "
+                          "number of tokens", context=f"column {column} holds "
+                          f"{frame[column].dtype} values")
     numeric = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
     if bad.size:

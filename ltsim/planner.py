@@ -138,7 +138,8 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     fp = fingerprint(scenario.raw)
     stored = store.stored(fp)
     inputs = _point_inputs(scenario, points)
-    done = {key: row for key, (digest, row) in stored.items() if digest == inputs.get(key)}
+    done = {key: row for key, (digest, row) in stored.items()
+            if digest == inputs.get(key) and _usable(row)}
     todo = [p for p in points if point_key(p) not in done]
     stale = sum(1 for p in todo if point_key(p) in stored)
     if stale and on_stale:
@@ -154,6 +155,12 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
         if progress:
             progress(finished, len(points))
     return [done[point_key(p)] for p in points]
+
+
+def _usable(row: dict[str, Any]) -> bool:
+    """A stored row as _evaluate writes it: an error, or every metric (a row edited by hand
+    otherwise is simulated again and replaced)."""
+    return "error" in row or all(k in row for k in METRICS)
 
 
 def _point_inputs(scenario: Scenario, points: list[dict[str, Any]]) -> dict[str, str]:
@@ -307,12 +314,15 @@ def _evaluate_dask(address: str, scenario: Scenario, todo: list[dict[str, Any]])
 
 
 def _unreachable(address: str) -> str:
-    """For a TCP address, why a connection does not open within 3 s ("" when it does): a refused
-    or unroutable scheduler fails at once instead of after Dask's connect timeout."""
-    plain = address[len("tcp://"):] if address.startswith("tcp://") else address
-    if "://" in plain:
-        return ""  # another transport: Client decides
-    host, _, port = plain.rpartition(":")
+    """For an address over TCP (plain, tcp://, tls://, ws://, wss://), why a connection does not
+    open within 3 s ("" when it does): a refused or unroutable scheduler fails at once instead
+    of after Dask's 30 s connect timeout."""
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp", "tls", "ws", "wss"):
+        return ""  # another transport (inproc, ucx): Client decides
+    host, _, port = rest.rpartition(":")
+    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        return "no port number (0-65535) after the host"
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
     except OSError as exc:

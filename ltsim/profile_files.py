@@ -31,9 +31,33 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
 }
 # columns every row must fill with one of a few words
-CHOICE_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
     "attention": {"pass": ("fwd", "bwd")},
     "gemm_bwd": {"pass": ("dgrad", "wgrad")},
+    "collectives": {"scope": ("intra", "inter")},
+    "eager": {"stage": ("first", "middle", "last", None)},  # blank: a middle stage
+}
+# columns every row must fill with a whole number of at least this (where the table has them;
+# eager's context_tokens may be blank: none)
+COUNT_COLUMNS: dict[str, dict[str, int]] = {
+    "gemm": {"m": 1, "n": 1, "k": 1},
+    "gemm_bwd": {"m": 1, "n": 1, "k": 1},
+    "attention": {"q_tokens": 1, "kv_tokens": 1, "num_heads": 1, "num_kv_heads": 1, "head_dim": 1},
+    "collectives": {"group_size": 2, "bytes": 1},
+    "eager": {"layers": 1, "num_tokens": 1, "context_tokens": 0, "hidden": 1},
+    "elementwise": {"num_tokens": 1, "hidden": 1},
+    "optimizer": {"num_params": 1, "hidden": 1},
+}
+MAX_TIME_S = 3600.0  # no kernel, collective or op of a profile takes an hour
+# columns every row must fill with a name (a word, not a number or a blank), where the table has them
+TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("dtype",),
+    "gemm_bwd": ("dtype",),
+    "attention": ("kernel",),  # mask may be blank: no mask
+    "collectives": ("op", "scope"),
+    "eager": ("model", "op", "dtype"),
+    "elementwise": ("op", "dtype"),
+    "optimizer": ("model", "optimizer", "dtype"),
 }
 METHODS = ("measured", "published", "analytic")
 # columns every row must fill with a positive number (sizes, counts, times)
@@ -244,6 +268,18 @@ def _number(value: Any) -> float:
         return math.nan
 
 
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _whole(value: Any, least: int) -> bool:
+    """A whole number (1024 or 1024.0, never a bool) of at least ``least``."""
+    if isinstance(value, bool):
+        return False
+    number = _number(value)
+    return math.isfinite(number) and number == int(number) and number >= least
+
+
 def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> None:
     """Raise ProfileError when a table lacks a required column, is empty, or has bad times."""
     columns = list(frame.columns)
@@ -256,15 +292,38 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                            f"columns {', '.join(TABLE_COLUMNS[name])}")
     if len(frame) == 0:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
-    if "time_s" in columns and not all(_number(v) > 0 for v in frame["time_s"]):
+    if "time_s" in columns and not all(0 < _number(v) <= MAX_TIME_S for v in frame["time_s"]):
         raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive "
-                           f"numbers. Fix: re-run the profiler for {name}")
+                           f"numbers of seconds up to {MAX_TIME_S:g}. Fix: re-run the profiler "
+                           f"for {name}")
     for column, allowed in CHOICE_COLUMNS.get(name, {}).items():
-        bad = [i for i, v in enumerate(frame[column]) if v not in allowed]
+        if column not in columns:  # an optional column (eager's stage)
+            continue
+        bad = [i for i, v in enumerate(frame[column])
+               if (None if _blank(v) else v) not in allowed]
         if bad:  # the row, not its value
+            words = ", ".join(a for a in allowed if a) + (" or blank" if None in allowed else "")
             raise ProfileError(f"{source}: table '{name}' column '{column}' must hold one of "
-                               f"{', '.join(allowed)} (data row {bad[0] + 1} does not). Fix: "
+                               f"{words} (data row {bad[0] + 1} does not). Fix: "
                                "correct those rows or re-run the profiler for this table")
+    for column in (c for c in TEXT_COLUMNS.get(name, ()) if c in columns):
+        bad = [i for i, v in enumerate(frame[column]) if not isinstance(v, str) or not v.strip()]
+        if bad:  # the row, not its value
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold names, not "
+                               f"numbers or blanks (data row {bad[0] + 1} does not, {len(bad)} rows "
+                               "in all). Fix: correct those rows or re-run the profiler for this "
+                               "table")
+    for column, least in COUNT_COLUMNS.get(name, {}).items():
+        if column not in columns:
+            continue
+        blank_ok = column == "context_tokens"
+        bad = [i for i, v in enumerate(frame[column]) if not (
+            (blank_ok and _blank(v)) or _whole(v, least))]
+        if bad:  # the row, not its value
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold whole "
+                               f"numbers of at least {least} (data row {bad[0] + 1} does not, "
+                               f"{len(bad)} rows in all). Fix: correct those rows or re-run the "
+                               "profiler for this table")
     for column in POSITIVE_COLUMNS.get(name, ()):
         values = [_number(v) for v in frame[column]]
         bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]

@@ -245,6 +245,10 @@ class Profile:
         self._collectives = None if collectives is None else CollectiveLookup(
             collectives.rows("op", "group_size", "scope", "bytes", "time_s"))
         kernels = tuple(k for k in self._attention.kernels if not k.endswith(CONTEXT_SUFFIX))
+        if not kernels:
+            raise ProfileError(f"{self.path}: table 'attention' has no rows of attention without "
+                               "context (every row's mask reads earlier K/V). Fix: re-run the "
+                               "profiler for attention")
         default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
         self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
         if self.attention_kernel not in kernels:

@@ -149,10 +149,27 @@ class SweepStore:
         return {point: row for point, (_, row) in self.stored(scenario).items()}
 
     def stored(self, scenario: str) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Finished points of a scenario: point key -> (input digest, result row)."""
-        rows = self._conn.execute("SELECT point, inputs, result FROM results WHERE scenario = ?",
-                                  (scenario,))
-        return {point: (inputs, json.loads(result)) for point, inputs, result in rows}
+        """Finished points of a scenario: point key -> (input digest, result row).
+
+        A row whose result is not a JSON object (a store edited or damaged by hand) is left out:
+        its point is simulated again and the row replaced. Raises ConfigError when the file
+        cannot be read (a damaged SQLite page)."""
+        try:
+            rows = self._conn.execute("SELECT point, inputs, result FROM results WHERE scenario = ?",
+                                      (scenario,)).fetchall()
+        except sqlite3.Error as exc:
+            raise ConfigError("--db", "a SQLite file ltsim can read", self.path, "give a new file "
+                              "name (e.g. --db sweep.sqlite); this one is damaged",
+                              context=str(exc)) from None
+        out = {}
+        for point, inputs, result in rows:
+            try:
+                row = json.loads(result)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(row, dict) and isinstance(point, str):
+                out[point] = (inputs, row)
+        return out
 
     def put(self, scenario: str, overrides: dict[str, Any], result: dict[str, Any],
             inputs: str = "") -> None:

@@ -123,6 +123,39 @@ def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     assert [row[4] == "-" for row in table] == [row[-3] == "NO" for row in table]  # "46.000 s"
 
 
+@pytest.mark.parametrize("stored", ["[1, 2]", "null", "7", "not json", "{}"])
+def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored):
+    """A results row that is not a result (a store edited or damaged by hand) is simulated again
+    and replaced; it was an AttributeError after "2 of 2 points read"."""
+    import sqlite3
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE results SET result = ?", (stored,))
+    assert main(args) == 0
+    again = capsys.readouterr()
+    assert json.loads(again.out) == first and "points read" not in again.err
+
+
+def test_a_damaged_store_is_bad_input(tmp_path, capsys):
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db)]
+    assert main(args) == 0
+    capsys.readouterr()
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[page:] = b"\xff" * (len(data) - page)  # every page after the first
+    db.write_bytes(bytes(data))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "'--db' must be a SQLite file ltsim can" in err and "Traceback" not in err
+
+
 def test_sweep_bad_point_is_a_row_not_a_crash(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.chunk_size=0,2", "--json"]) == 0

@@ -92,6 +92,62 @@ def test_missing_table(tmp_path):
         Profile(directory)
 
 
+@pytest.mark.parametrize("table, column, value", [
+    ("gemm", "dtype", 16), ("gemm", "dtype", None), ("attention", "kernel", 7),
+    ("attention", "kernel", None)])
+def test_a_name_column_holding_numbers_or_blanks(tmp_path, table, column, value):
+    """A dtype or kernel column of numbers or blanks names the column and the row (it was a
+    TypeError or an IndexError in the lookups)."""
+    frame = {"gemm": _gemm_frame, "attention": _attention_frame}[table]()
+    directory = _write_profile(tmp_path / "p")
+    frame[column] = value
+    frame.to_csv(tmp_path / "p" / f"{table}.csv", index=False)
+    with pytest.raises(ProfileError, match=rf"table '{table}' column '{column}' must hold names, "
+                                           r"not numbers or blanks \(data row 1"):
+        Profile(directory)
+
+
+@pytest.mark.parametrize("table, column, value, rule", [
+    ("collectives", "group_size", 1, "whole numbers of at least 2"),  # a ZeroDivisionError
+    ("collectives", "group_size", 2.5, "whole numbers of at least 2"),
+    ("collectives", "op", None, "names"),
+    ("collectives", "scope", "rack", "one of intra, inter"),
+    ("eager", "hidden", "x", "whole numbers of at least 1"),  # a TypeError
+    ("eager", "context_tokens", -5, "whole numbers of at least 0"),
+    ("eager", "context_tokens", "inf", "whole numbers of at least 0"),  # an OverflowError
+    ("eager", "stage", "bogus", "one of first, middle, last or blank"),
+    ("eager", "op", None, "names"),
+    ("optimizer", "model", None, "names"),
+    ("elementwise", "num_tokens", 0.5, "whole numbers of at least 1"),  # numpy log warnings
+    ("gemm", "time_s", 1e300, "positive numbers of seconds up to 3600"),
+])
+def test_the_optional_tables_columns_are_checked(tmp_path, table, column, value, rule):
+    """Each of these edits of the CPU profile was a traceback, a warning from numpy, or a silently
+    different prediction."""
+    import shutil
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    frame = read_table(directory, table)
+    frame[column] = frame[column].astype(object)
+    frame.loc[frame.index[::2], column] = value  # every other row
+    frame.to_csv(directory / f"{table}.csv", index=False)
+    from ltsim.profile_files import read_optional_rows
+
+    with pytest.raises(ProfileError, match=rf"table '{table}' column '{column}' must hold {rule}|"
+                                           rf"table '{table}' has time_s values that are not {rule}"):
+        Profile(directory)
+        read_optional_rows(directory, table)
+
+
+def test_an_attention_table_with_only_context_rows(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    frame = _attention_frame().assign(mask="causal_lower_right")
+    frame.to_csv(tmp_path / "p" / "attention.csv", index=False)
+    with pytest.raises(ProfileError, match="no rows of attention without context"):
+        Profile(directory)
+
+
 def test_unknown_profile_lists_available():
     with pytest.raises(ProfileError, match=r"unknown profile 'no-such-gpu'.*h100-sxm5-80gb"):
         load_profile("no-such-gpu")

@@ -298,6 +298,27 @@ def test_user_file_formats(tmp_path: Path, fmt: str) -> None:
     assert max(limited[0]) <= 3000
 
 
+@pytest.mark.parametrize("values, dtype", [(["2020-01-01", "2021-01-01"], "datetime64"),
+                                           ([True, False], "bool")])
+def test_a_parquet_length_column_of_dates_or_booleans(tmp_path: Path, values, dtype) -> None:
+    import pandas as pd
+
+    pytest.importorskip("pyarrow")
+    column = pd.to_datetime(values) if dtype == "datetime64" else values
+    path = tmp_path / "l.parquet"
+    pd.DataFrame({"num_tokens": column}).to_parquet(path)
+    with pytest.raises(ConfigError, match=rf"integer lengths.*column num_tokens holds {dtype}"):
+        load_dataset(str(path))
+
+
+def test_a_large_csv_of_mixed_columns_reads_without_pandas_warnings(tmp_path: Path, capfd) -> None:
+    """pandas' DtypeWarning (mixed types across its read chunks) quoted the file's header."""
+    path = tmp_path / "l.csv"
+    path.write_text("num_tokens,other-SECRET\n" + "100,1\n" * 400_000 + "100,abc\n")
+    assert load_dataset(str(path)).num_tokens.size == 400_001
+    assert "SECRET" not in capfd.readouterr().err
+
+
 def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
     csv_path = tmp_path / "a.csv"
     csv_path.write_text("length,other\n10,x\n20,y\n")
