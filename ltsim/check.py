@@ -118,8 +118,14 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
     out = []
     for key in ("baseline", "candidate"):
         name = getattr(case, key)
-        scenario = _resolve(path, name)
-        if not scenario.is_file():
+        try:
+            scenario = _resolve(path, name)
+            found = scenario.is_file()
+        except OSError as exc:  # a path the system refuses (too long, ...)
+            raise ConfigError(f"case[{i}].{key}", "a path this system can use", name,
+                              "give a shorter or accessible path", source=str(path),
+                              context=exc.strerror or type(exc).__name__) from None
+        if not found:
             raise ConfigError(f"case[{i}].{key}", "an existing scenario file", name,
                               f"paths are tried as given, then from {path.resolve().parent.parent}",
                               source=str(path))

@@ -508,13 +508,14 @@ def cmd_workload(args: argparse.Namespace) -> int:
         raise ConfigError("--max-length", "a non-negative number of tokens (0: no limit)",
                           args.max_length, "e.g. --max-length 32768")
     check_output("--plot", args.plot)
-    frame = describe(args.dataset, max_length=args.max_length)
+    frame = describe(args.dataset, max_length=args.max_length, key="--max-length")
     text = format_describe(frame)
     if args.plot:
         from ltsim.workload import plot_histogram
 
         written("--plot", args.plot,
-                 lambda: plot_histogram(args.dataset, args.plot, max_length=args.max_length))
+                 lambda: plot_histogram(args.dataset, args.plot, max_length=args.max_length,
+                                        key="--max-length"))
         text += f"\nhistogram written to {args.plot}"
     records = frame.reset_index().astype(object).where(frame.reset_index().notna(), None)
     _print(records.to_dict(orient="records"), text, args.json)

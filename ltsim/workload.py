@@ -200,7 +200,7 @@ def _truncated(source: LengthBins | LengthArray, max_length: int, key: str) -> L
     if isinstance(kept, LengthArray) and kept.num_tokens.size == 0:
         shortest = int(source.num_tokens.min())
         raise ConfigError(key, f"at least the shortest length in {source.name} ({shortest} tokens)",
-                          max_length, "raise max_length; every sequence would be dropped")
+                          max_length, f"raise {key}; every sequence would be dropped")
     return kept
 
 
@@ -216,21 +216,22 @@ def _lengths_for_stats(source: LengthBins | LengthArray, num_samples: int,
 
 
 def describe(dataset: str, *, max_length: int = 0, num_samples: int = 1_000_000,
-             seed: int = 0) -> "pd.DataFrame":
+             seed: int = 0, key: str = "max_length") -> "pd.DataFrame":
     """The papers' length table for a dataset (name or file), after dropping sequences above max_length.
 
     Rows ``< 1K`` .. ``< 128K`` (percent of sequences shorter than 1024 .. 131072 tokens), ``Longest``,
     ``count``, ``mean``, ``median``, ``p99`` (tokens). Columns ``value``, ``unit`` and ``published`` (the
     paper's number where the dataset is a paper table and max_length cuts nothing, else NaN). Array-backed
     datasets are described exactly from their raw lengths; tables from ``num_samples`` seeded draws.
-    ``frame.attrs`` holds ``dataset``, ``source``, ``basis`` and ``max_length``. Raises ConfigError.
+    ``frame.attrs`` holds ``dataset``, ``source``, ``basis`` and ``max_length``. Raises ConfigError
+    (naming ``key`` for a bad max_length: the command line's flag).
     """
     import pandas as pd  # slow to import; only describe needs it
 
     if not _is_int(max_length) or max_length < 0:
-        raise ConfigError("max_length", "a non-negative integer (0: no limit)", max_length)
+        raise ConfigError(key, "a non-negative integer (0: no limit)", max_length)
     full = load_dataset(dataset)
-    source = _truncated(full, max_length, "max_length")
+    source = _truncated(full, max_length, key)
     lengths, basis = _lengths_for_stats(source, num_samples, seed)
     published = dict(source.published) if isinstance(source, LengthBins) else {}
     rows = [(f"< {k}K", 100.0 * np.count_nonzero(lengths < k * KIB_TOKENS) / lengths.size, "%")
@@ -274,7 +275,7 @@ def _format_value(value: float, unit: str) -> str:
 
 
 def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_samples: int = 1_000_000,
-                   seed: int = 0) -> Path:
+                   seed: int = 0, key: str = "max_length") -> Path:
     """Write a log-x histogram PNG of a dataset's lengths (share of sequences per bin, with the CDF).
 
     Uses matplotlib's Agg canvas directly, so the caller's pyplot backend is left alone. Returns the path.
@@ -283,7 +284,7 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    source = _truncated(load_dataset(dataset), max_length, "max_length")
+    source = _truncated(load_dataset(dataset), max_length, key)
     lengths, basis = _lengths_for_stats(source, num_samples, seed)
     edges = np.unique(np.geomspace(1, lengths.max() + 1, 60).round())
     counts, _ = np.histogram(lengths, bins=edges)

@@ -50,10 +50,17 @@ def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
     None. Raises LtsimError for bad input; KeyboardInterrupt leaves the finished tables and
     checkpoints.
     """
+    from ltsim.errors import ConfigError
+    from ltsim.model import get_model
     from ltsim.profiler import run_profile
-
     from ltsim.profiler.tables import progress_stream
 
+    for name in args.models:  # named by its flag, before any measuring
+        try:
+            get_model(name)
+        except ConfigError as exc:
+            raise ConfigError("--model", exc.rule, name, "give one of these catalog names",
+                              context=exc.context) from None
     with progress_stream(progress):
         return run_profile(device=args.device, out=args.out, models=list(args.models),
                            tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,

@@ -31,7 +31,9 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
     for key, value in raw.items():
         if key not in fields:
             known = ", ".join(sorted(fields)) or "none"
-            raise ConfigError(f"strategy.{key}", f"an option of '{strategy}' ({known})", value,
+            # the key, not its value (as for the other sections: a file pointed at by mistake
+            # is not echoed)
+            raise ConfigError(f"strategy.{key}", f"an option of '{strategy}' ({known})", key,
                               "remove it or check the spelling")
         names = [part.strip() for part in str(fields[key].type).split("|")]  # "int | str" unions
         expected = [_TYPES[n] for n in names if n in _TYPES]

@@ -101,27 +101,50 @@ def sort_consec(lengths: list[int], count: int) -> list[list[int]]:
 def bucketing(lengths: list[int], count: int) -> list[list[int]]:
     """Indices of ``lengths`` (ascending) in at most ``count`` runs minimising the total padding
     to each run's longest: the public solver's DP, vectorised over the cut point."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    s = np.array([lengths[i] for i in order], dtype=float)
-    n = len(s)
-    count = min(count, n)
-    prefix = np.concatenate(([0.0], np.cumsum(s)))
-    dp = np.full((count + 1, n + 1), math.inf)
-    cut = np.zeros((count + 1, n + 1), dtype=int)
-    dp[0, 0] = 0.0
-    j = np.arange(n + 1)
-    for b in range(1, count + 1):
+    return Bucketing(lengths).runs(count)
+
+
+class Bucketing:
+    """``bucketing`` for one micro-batch at growing counts: the DP's rows (row b: the least
+    padding of the first i sequences in b runs) do not depend on the count asked for, so each is
+    computed once (solve_groups asks for one run more until the padding is small enough:
+    recomputing every row each time took minutes for a batch of thousands)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        self.s = np.array([lengths[i] for i in self.order], dtype=float)
+        self.prefix = np.concatenate(([0.0], np.cumsum(self.s)))
+        n = len(self.s)
+        first = np.full(n + 1, math.inf)
+        first[0] = 0.0
+        self.dp = [first]  # row b: (n + 1,) least padding
+        self.cut = [np.zeros(n + 1, dtype=int)]
+
+    def _extend(self) -> None:
+        s, prefix, previous = self.s, self.prefix, self.dp[-1]
+        n = len(s)
+        row, cut = np.full(n + 1, math.inf), np.zeros(n + 1, dtype=int)
+        row[0] = math.inf
+        j = np.arange(n + 1)
         for i in range(1, n + 1):
-            cost = dp[b - 1, :i] + s[i - 1] * (i - j[:i]) - (prefix[i] - prefix[:i])
+            cost = previous[:i] + s[i - 1] * (i - j[:i]) - (prefix[i] - prefix[:i])
             k = int(np.argmin(cost))
-            dp[b, i], cut[b, i] = cost[k], k
-    best = int(np.argmin(dp[1:, n])) + 1
-    runs, i = [], n
-    for b in range(best, 0, -1):
-        k = cut[b, i]
-        runs.append([order[x] for x in range(k, i)])
-        i = k
-    return [r for r in reversed(runs) if r]
+            row[i], cut[i] = cost[k], k
+        self.dp.append(row)
+        self.cut.append(cut)
+
+    def runs(self, count: int) -> list[list[int]]:
+        n = len(self.s)
+        count = min(count, n)
+        while len(self.dp) <= count:
+            self._extend()
+        best = int(np.argmin([self.dp[b][n] for b in range(1, count + 1)])) + 1
+        runs, i = [], n
+        for b in range(best, 0, -1):
+            k = self.cut[b][i]
+            runs.append([self.order[x] for x in range(k, i)])
+            i = k
+        return [r for r in reversed(runs) if r]
 
 
 # -- the MILP -----------------------------------------------------------------------------------
@@ -192,11 +215,12 @@ def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity
     started = time.perf_counter()
     if min_degree(max(lengths), capacity) > degrees[-1] or sum(lengths) > capacity * num_gpus:
         return Groups(None, "infeasible", math.inf, 0.0, math.inf)
-    runs = bucketing(lengths, options.bucket_num)
+    buckets = Bucketing(lengths)
+    runs = buckets.runs(options.bucket_num)
     limit = (sum(lengths) + capacity * num_gpus) / 2
-    while (sum(max(lengths[i] for i in r) * len(r) for r in runs) > limit
-           and len(runs) < len(set(lengths))):
-        runs = bucketing(lengths, len(runs) + 1)
+    distinct = len(set(lengths))
+    while sum(max(lengths[i] for i in r) * len(r) for r in runs) > limit and len(runs) < distinct:
+        runs = buckets.runs(len(runs) + 1)
     bound = [max(lengths[i] for i in r) for r in runs]
     need_k = [min_degree(b, capacity) for b in bound]
     top = max(need_k)
@@ -304,6 +328,9 @@ def degrees_of(ctx: PlanContext, options: Options) -> list[int]:
     """The SP degrees allowed: powers of two from min_sp (at most parallel.cp) to parallel.cp that
     divide the heads per TP rank (Ulysses splits heads)."""
     par = ctx.parallel
+    if options.min_sp > max(par.cp, 2):  # the default, 2, stands for 1 when cp is 1
+        raise ConfigError("strategy.min_sp", f"at most parallel.cp = {par.cp} (the largest SP "
+                          "degree)", options.min_sp, f"set strategy.min_sp to {par.cp} or less")
     heads = ctx.model.num_attention_heads // par.tp
     out, sp = [], 1
     while sp <= par.cp:

@@ -319,6 +319,15 @@ def test_a_large_csv_of_mixed_columns_reads_without_pandas_warnings(tmp_path: Pa
     assert "SECRET" not in capfd.readouterr().err
 
 
+def test_a_txt_file_of_plain_numbers_reads_as_line_by_line(tmp_path: Path) -> None:
+    """The C-speed path (numbers only) and the line-by-line one agree: signs, blank lines, CRLF
+    and a form feed (a line break to str.splitlines) after the first odd line."""
+    path = tmp_path / "l.txt"
+    path.write_text(" 10\n\n+20\t\r\n30\r40\n\x0c7\n8\n", newline="")
+    lengths = load_dataset(str(path)).num_tokens
+    assert lengths.tolist() == [10, 20, 30, 40, 7, 8]
+
+
 def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
     csv_path = tmp_path / "a.csv"
     csv_path.write_text("length,other\n10,x\n20,y\n")
@@ -332,6 +341,10 @@ def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
     ("10\n20\nabc\n", "txt", r"a file of integer lengths.*; line 3 is not a whole number\. Fix: write each"),
     ("10\n2.5\n", "txt", r"line 2 is not a whole number"),
     ("10\n1_000\n", "txt", r"line 2 is not a whole number"),
+    ("10\n\n-99999999999999999999999\n", "txt", r"positive lengths.*; line 3 is below 1"),
+    ("10\n20 30\n", "txt", r"line 2 is not a whole number"),
+    ("10\r\n\r\n5+\r\n", "txt", r"line 3 is not a whole number"),
+    ("10\n99999999999\n", "txt", r"at most 2,147,483,648 tokens.*; line 2 is longer"),
     ("10\n\u0661\u0662\n", "txt", r"line 2 is not a whole number"),
     ("num_tokens\n10\nx\n", "csv", r"row 2 of column num_tokens is not a whole number"),
     ("num_tokens\n10\n\n12.5\n", "csv", r"row 2 of column num_tokens is not a whole number\."),

@@ -400,6 +400,30 @@ CASES: tuple[Case, ...] = (
     Case("layout", f"simulate {FIG6} --set hardware.memory_limit_gib=1e-12",
          "hardware.memory_limit_gib"),
     Case("size guard", f"maxlen {QS} --set hardware.num_nodes=4000000", "hardware.num_nodes"),
+    # -- found by a probe of 522 new inputs (2026-11-24, a later session) ------------------------------
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "64,64,64,,1e-6\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "collectives.csv",
+         (("p", Profile((("collectives.csv", "op,group_size,scope,bytes,time_s\n"
+                          "all_reduce,1,intra,4096,1e-5\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
+         (("p", Profile((("eager.csv", "model,op,layers,num_tokens,dtype,stage,time_s\n"
+                          "llama-tiny,F,1,16,fp32,bogus,1e-3\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "64,64,64,fp32,1e300\n"),))),)),
+    Case("scenario file", "simulate {tmp}/stray.toml", "strategy.token",
+         (("stray.toml", _scn(f'[model]\npreset = "qwen2.5-7b"\n[strategy]\nname = "chunkflow"\n'
+                              f'token = "{SECRET}"\n')
+           .replace('[strategy]\nname = "megatron-1f1b"\n', "")),)),
+    Case("--executor", f"sweep {FIG6} --grid strategy.k=1,2 --executor dask://ws://127.0.0.1:9",
+         "--executor"),
+    Case("workload describe", "workload describe {tmp}/l.txt --max-length 50", "--max-length",
+         (("l.txt", "100\n100\n"),)),
+    Case("ltsim check", "check {tmp}/r.toml", "case[0].baseline",
+         (("r.toml", _check_file(f'[[case]]\nname = "c"\nbaseline = "{LONG}.toml"\n'
+                                 f'candidate = "{REPO / QS}"\n')),)),
+    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-flexsp.toml --set strategy.min_sp=64",
+         "strategy.min_sp"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
