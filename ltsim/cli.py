@@ -171,7 +171,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     check_output("--trace", args.trace)
     check_output("--plot", args.plot)
     check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
-    sim = run(scenario, keep=bool(args.trace or args.plot))
+    sim = run(scenario, keep=bool(args.trace or args.plot),
+              progress=_batch_progress("simulate", scenario.strategy, time.perf_counter()))
     result = sim.result.to_dict()
     if args.trace:
         written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
@@ -234,7 +235,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
         scenarios.append((label, _rebuild(raw, base.source)))
-    results = [(label, simulate(scenario).to_dict()) for label, scenario in scenarios]
+    started = time.perf_counter()
+    results = [(label, simulate(scenario, progress=_batch_progress("compare", label, started))
+                .to_dict()) for label, scenario in scenarios]
     _print(compare_rows(results), format_compare(results), args.json)
     return EXIT_OK
 
@@ -271,6 +274,17 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         text += f"\nplot written to {args.plot}"
     _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
+
+
+def _batch_progress(command: str, label: str, started_s: float, after_s: float = 2.0):
+    """A simulation's progress on stderr, a line per global batch once the command has run
+    ``after_s`` (a planner with MILPs takes seconds a batch)."""
+    def show(done: int, total: int) -> None:
+        elapsed = time.perf_counter() - started_s
+        if elapsed >= after_s and done < total:
+            sys.stderr.write(f"{command}: {label}: batch {done} of {total} done, {elapsed:.0f} s\n")
+            sys.stderr.flush()
+    return show
 
 
 def _maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):

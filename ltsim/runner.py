@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ltsim.costs import CostModel, UnitCostModel
 from ltsim.gcpause import paused
@@ -34,9 +35,11 @@ def make_cost_model(scenario: Scenario) -> CostModel:
     return TableCostModel(scenario.model, scenario.cluster, grad_dtype=scenario.parallel.grad_dtype)
 
 
-def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None) -> Simulation:
+def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
+        progress: Callable[[int, int], None] | None = None) -> Simulation:
     """Simulate every sampled global batch; keep plans and traces when ``keep``, with every
-    mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once)."""
+    mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once).
+    ``progress(done, total)`` is called after each batch."""
     cost = cost or make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
@@ -64,6 +67,8 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
         if keep:
             plans.append(plan.expand())
             traces.append(expand_trace(trace, plan))
+        if progress is not None:
+            progress(len(metrics), workload.num_batches)
     result = Result(scenario=scenario.name, strategy=strategy.name,
                     strategy_options=chosen,
                     batches=tuple(metrics), memory_limit_bytes=cost.memory_limit_bytes,
@@ -74,6 +79,6 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None)
     return Simulation(result, tuple(plans), tuple(traces))
 
 
-def simulate(scenario: Scenario) -> Result:
+def simulate(scenario: Scenario, *, progress: Callable[[int, int], None] | None = None) -> Result:
     """Predict iteration time, bubble ratio, peak memory and throughput for a scenario."""
-    return run(scenario, keep=False).result
+    return run(scenario, keep=False, progress=progress).result

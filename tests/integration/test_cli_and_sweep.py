@@ -93,6 +93,27 @@ def test_a_unit_preset_that_does_not_fit_says_tokens(capsys):
     assert "the limit is 2 tokens" in out and "GiB" not in out
 
 
+def test_simulate_reports_each_batch_and_says_so_past_two_seconds(capsys, monkeypatch):
+    """simulate and compare print a line per global batch on stderr once they have run 2 s (a
+    MILP planner takes seconds a batch: the user sees it is working); quicker runs print none."""
+    import ltsim.cli as cli
+    from ltsim.runner import simulate
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    seen = []
+    simulate(load_scenario(example, ["workload.num_batches=3"]),
+             progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert main(["simulate", str(example), "--set", "workload.num_batches=3"]) == 0
+    assert capsys.readouterr().err == ""
+    clock = iter(range(0, 1000, 5))  # every reading 5 s after the one before
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
+    assert main(["simulate", str(example), "--set", "workload.num_batches=3"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["simulate: chunkflow: batch 1 of 3 done, 5 s",
+                   "simulate: chunkflow: batch 2 of 3 done, 10 s"]
+
+
 def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     db = tmp_path / "s.sqlite"
