@@ -244,7 +244,7 @@ def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     (["--tp", "3"], "'--tp' must be divisors of llama-tiny's num_attention_heads (8) (got 3)"),
     (["--tp", "3,5"], "'--tp' must be degrees that llama-tiny can take (got [3, 5]); tp 3: "
      "divisors of llama-tiny's num_attention_heads (8)"),
-    (["--model", "nope"], "'model.preset' must be one of"),
+    (["--model", "nope"], "'--model' must be one of"),
 ])
 def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                 argv: list[str], message: str) -> None:
