@@ -263,9 +263,14 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
             for name, opts in parse_strategy_list(args.strategies)]
     mode = "workload" if args.workload else "sequence"
     started = time.perf_counter()
+    memos: list[dict] = [{} for _ in scenarios]
+    if len(scenarios) > 1:  # every strategy's first length before any search prints progress:
+        for s, memo in zip(scenarios, memos):  # a strategy that cannot plan fails at once
+            find_max_length(s, step=args.step, max_length=max(args.step, 1), mode=mode,
+                            points=memo)
     answers = [find_max_length(s, step=args.step, max_length=args.max_length, mode=mode,
-                               progress=_maxlen_progress(s.strategy, started))
-               for s in scenarios]
+                               progress=_maxlen_progress(s.strategy, started), points=memo)
+               for s, memo in zip(scenarios, memos)]
     text = format_maxlen(base.name, answers)
     if args.plot:
         from ltsim.viz_maxlen import plot_maxlen

@@ -181,8 +181,10 @@ def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequ
 def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = MAX_LENGTH,
                     cost: CostModel | None = None,
                     progress: Callable[[Point], None] | None = None,
-                    mode: str = "sequence") -> MaxLength:
-    """Bisection (module docstring). ``progress`` is called with every simulated point."""
+                    mode: str = "sequence", points: dict[int, Point] | None = None) -> MaxLength:
+    """Bisection (module docstring). ``progress`` is called with every simulated point;
+    ``points``: lengths already simulated for this scenario (filled in as a side effect), so
+    that a search with ``max_length = step`` checks a strategy's first length for a later one."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if step > MAX_LENGTH:
@@ -215,7 +217,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                           "memory limit, so no length is the longest)", None,
                           "set hardware.memory_limit_gib, or bound the search with --max-length",
                           source=scenario.source)
-    points: dict[int, Point] = {}
+    points = {} if points is None else points
 
     def probe(length: int) -> Point:
         if length not in points:

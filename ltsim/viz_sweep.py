@@ -29,6 +29,7 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     import numpy as np
     from matplotlib.patches import Rectangle
 
+    frame = _comparable(frame, (x, y))
     grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="mean", dropna=False)
     grid = grid.sort_index().reindex(sorted(grid.columns), axis=1)
     ok = frame.groupby([y, x])[feasible].all().unstack().reindex_like(grid)
@@ -53,6 +54,18 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     return _save(fig, path)
 
 
+def _comparable(frame: "pd.DataFrame", keys: tuple[str, ...]) -> "pd.DataFrame":
+    """``frame`` with each key column of mixed kinds (Skrull's bucket_size: "auto" and numbers)
+    as text, so that its values sort (numbers and text do not compare)."""
+    mixed = {k: frame[k].map(str) for k in keys if not _one_kind(frame[k])}
+    return frame.assign(**mixed) if mixed else frame
+
+
+def _one_kind(values) -> bool:
+    numbers = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in values]
+    return all(numbers) or not any(numbers) and all(isinstance(v, str) for v in values)
+
+
 def _annotate_cells(ax: "Axes", values, infeasible, image) -> None:
     """The value in every feasible cell; infeasible cells hatched grey with an OOM label."""
     import numpy as np
@@ -75,6 +88,7 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     """Column ``value`` against one swept key ``x`` (rows averaged per x). Points that fit are
     joined by a line, points that do not are red crosses labelled OOM, and the best that fits is
     ringed. Returns the written path; raises KeyError on a missing column."""
+    frame = _comparable(frame, (x,))
     grouped = frame.groupby(x).agg(value=(value, "mean"), ok=(feasible, "all")).sort_index()
     fig = _new_figure(7.0, 3.6)
     ax = fig.add_subplot()

@@ -406,3 +406,16 @@ def test_killing_a_local_sweep_leaves_no_workers(signal_name, tmp_path):
         if sweep.poll() is None:
             sweep.kill()
         sweep.communicate()
+
+
+def test_maxlen_checks_every_strategy_before_any_search_prints(capsys, monkeypatch):
+    """A strategy that cannot plan the scenario fails before the other strategies' searches
+    print their progress (the message was the last of a dozen lines)."""
+    import ltsim.cli as cli
+
+    clock = iter(range(0, 100_000, 5))  # past the 2 s after which searches print each length
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
+    scenario = REPO / "scenarios/seco/cpu-llama-tiny-seco.toml"
+    assert main(["maxlen", str(scenario), "--strategies", "megatron-1f1b,alst"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "offload_checkpoints" in err[0]

@@ -161,3 +161,16 @@ def test_plot_heatmap(tmp_path, monkeypatch):
     out = viz_sweep.plot_heatmap(pd.DataFrame(rows), x="chunk_size", y="k", value="iteration_time_s",
                            feasible="fits", path=tmp_path / "h.png")
     assert _is_png(out)
+
+
+def test_sweep_figures_over_a_key_of_numbers_and_words(tmp_path):
+    """Skrull's bucket_size takes "auto" or a number: the figures sort its values as text (they
+    raised a TypeError comparing str and int)."""
+    rows = [{"bucket_size": b, "k": k, "iteration_time_s": t, "fits": True}
+            for b, t in (("auto", 1.0), (26624, 1.2), (13312, 1.5)) for k in (1, 2)]
+    frame = pd.DataFrame(rows)
+    line = viz_sweep.plot_line(frame, x="bucket_size", value="iteration_time_s", feasible="fits",
+                               path=tmp_path / "line.png")
+    heat = viz_sweep.plot_heatmap(frame, x="bucket_size", y="k", value="iteration_time_s",
+                                  feasible="fits", path=tmp_path / "heat.png")
+    assert line.stat().st_size > 10_000 and heat.stat().st_size > 10_000
