@@ -252,9 +252,10 @@ def _check_keys(raw: dict[str, Any]) -> None:
             raise ConfigError(key, f"a [{key}] table", type(value).__name__,
                               f"write [{key}] on its own line, then its keys")
         if isinstance(value, dict):
-            if key not in sections:
-                raise ConfigError(key, f"a known section ({', '.join(sorted(sections - {''}))})",
-                                  f"[{key}]", "remove or rename the section")
+            if key not in sections - {""}:  # [""] is not the top level
+                raise ConfigError(key or '[""]', "a known section "
+                                  f"({', '.join(sorted(sections - {''}))})", f"[{key}]" if key
+                                  else '[""]', "remove or rename the section")
             if key == "strategy":
                 continue
             for sub, val in value.items():

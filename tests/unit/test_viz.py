@@ -174,3 +174,7 @@ def test_sweep_figures_over_a_key_of_numbers_and_words(tmp_path):
     heat = viz_sweep.plot_heatmap(frame, x="bucket_size", y="k", value="iteration_time_s",
                                   feasible="fits", path=tmp_path / "heat.png")
     assert line.stat().st_size > 10_000 and heat.stat().st_size > 10_000
+    lists = pd.DataFrame([{"lengths": [4, 2], "iteration_time_s": 1.0, "fits": True},
+                          {"lengths": [8], "iteration_time_s": 2.0, "fits": True}])
+    assert viz_sweep.plot_line(lists, x="lengths", value="iteration_time_s", feasible="fits",
+                               path=tmp_path / "lists.png").stat().st_size > 10_000

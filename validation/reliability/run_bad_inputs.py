@@ -424,6 +424,8 @@ CASES: tuple[Case, ...] = (
                                  f'candidate = "{REPO / QS}"\n')),)),
     Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-flexsp.toml --set strategy.min_sp=64",
          "strategy.min_sp"),
+    Case("scenario file", "simulate {tmp}/empty-section.toml", '[""]',
+         (("empty-section.toml", f'# {SECRET}\n[""]\n' + _scn()),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
