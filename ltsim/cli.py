@@ -212,6 +212,10 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
                               "chunkflow:chunk_size=8192:k=2)", item,
                               "write each option as key=value after a colon") from None
         keys = [key for key, _ in pairs]
+        if "name" in keys:  # it would run another strategy under this one's label
+            raise ConfigError("--strategies", "options other than name (the strategy is named "
+                              "before the first colon)", item, "write the other strategy as its "
+                              "own item, e.g. --strategies chunkflow,megatron-1f1b")
         twice = next((key for key in keys if keys.count(key) > 1), None)
         if twice is not None:
             raise ConfigError("--strategies", "each option once per strategy", item,
@@ -226,7 +230,7 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ltsim.report import compare_rows, format_compare
     from ltsim.scenario import load_scenario
-    from ltsim.runner import simulate
+    from ltsim.runner import first_plan, make_cost_model, run
 
     base = load_scenario(args.scenario, args.set)
     scenarios = []  # every strategy checked before the first simulation runs
@@ -234,10 +238,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         keep = _shared_options(base.strategy_options, name)
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
-        scenarios.append((label, _rebuild(raw, base.source)))
+        scenarios.append((label, _rebuild(raw, base.source, opts)))
+    # every strategy plans its first batch before any simulation prints progress: one that
+    # cannot plan this layout fails at once (the runs then start from those plans)
+    costs = [make_cost_model(scenario) for _, scenario in scenarios]  # planning warns too
+    first = [first_plan(scenario, cost) for (_, scenario), cost in zip(scenarios, costs)]
     started = time.perf_counter()
-    results = [(label, simulate(scenario, progress=_batch_progress("compare", label, started))
-                .to_dict()) for label, scenario in scenarios]
+    results = [(label, run(scenario, keep=False, cost=cost, first=plan, progress=_batch_progress(
+        "compare", label, started)).result.to_dict())
+        for (label, scenario), cost, plan in zip(scenarios, costs, first)]
     _print(compare_rows(results), format_compare(results), args.json)
     return EXIT_OK
 
@@ -259,8 +268,8 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     scenarios = [base]
     if args.strategies is not None:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
-            "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source)
-            for name, opts in parse_strategy_list(args.strategies)]
+            "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source,
+            opts) for name, opts in parse_strategy_list(args.strategies)]
     mode = "workload" if args.workload else "sequence"
     started = time.perf_counter()
     memos: list[dict] = [{} for _ in scenarios]
@@ -317,10 +326,21 @@ def _shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k in accepted}
 
 
-def _rebuild(raw: dict[str, Any], source: str):
+def _rebuild(raw: dict[str, Any], source: str, opts: dict[str, Any] | None = None):
+    """The scenario of ``raw``; a bad option that ``--strategies`` gave (``opts``) is named
+    as that flag's, not the scenario file's."""
     from ltsim.scenario import build_scenario
 
-    return build_scenario(raw, source=source)
+    try:
+        return build_scenario(raw, source=source)
+    except ConfigError as exc:
+        given = exc.key.removeprefix("strategy.")
+        if opts and exc.key.startswith("strategy.") and given in opts:
+            name = raw["strategy"]["name"]
+            raise ConfigError("--strategies", exc.rule, f"{name}:{given}={opts[given]}",
+                              exc.fix or f"write {name}:{given}=VALUE, VALUE {exc.rule}",
+                              context=f"{name}'s strategy.{given}") from None
+        raise
 
 
 def _progress_bar(started_s: float) -> Callable[[int, int], None]:
@@ -481,14 +501,20 @@ def profile_main(argv: list[str] | None = None) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
-    from ltsim.profiles import resolve_profile
+    from ltsim.errors import ProfileError
+    from ltsim.profiles import available_profiles, resolve_profile
     from ltsim.scenario import load_scenario
     from ltsim.validate import require_real_device, summary_text, validate_scenario, write_outputs
 
     _require_torch("validate")
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
         raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
-    resolve_profile(args.profile)  # ProfileError now, before anything runs
+    try:  # before anything runs
+        resolve_profile(args.profile)
+    except ProfileError:
+        raise ConfigError("--profile", "a profile directory (a bundled name or a path)",
+                          str(args.profile), f"use one of {', '.join(available_profiles())}, or "
+                          "the path of a directory written by `ltsim profile`") from None
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses

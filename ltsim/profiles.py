@@ -160,6 +160,9 @@ def resolve_profile(directory: str | Path) -> Path:
     """A bare name ("h100-sxm5-80gb") is looked up in the repository's profiles/ first, then as a
     path; a path is tried as given, then relative to the repository. Raises ProfileError."""
     text = str(directory)
+    if not text.strip():  # (PROFILES_DIR / "" is the folder of all profiles)
+        raise ProfileError("a profile's name or path is empty. Fix: name one of "
+                           f"{', '.join(available_profiles()) or 'none'}")
     bare = "/" not in text and "\\" not in text
     bundled = PROFILES_DIR.joinpath(*Path(text).parts[1:]) if text.startswith("profiles/") else None
     candidates = ([PROFILES_DIR / text, Path(text)] if bare
@@ -170,7 +173,7 @@ def resolve_profile(directory: str | Path) -> Path:
                 return path.resolve()
         except OSError:  # a path the system refuses (too long, ...): not a profile
             continue
-    raise ProfileError(f"unknown profile '{text}' (no such directory). Available in {PROFILES_DIR}: "
+    raise ProfileError(f"unknown profile '{text}' (not a directory). Available in {PROFILES_DIR}: "
                        f"{', '.join(available_profiles()) or 'none'}. Fix: use one of these names "
                        "or the path of a directory written by `ltsim profile`")
 

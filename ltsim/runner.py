@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ltsim.costs import CostModel, UnitCostModel
 from ltsim.gcpause import paused
@@ -36,10 +36,12 @@ def make_cost_model(scenario: Scenario) -> CostModel:
 
 
 def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
-        progress: Callable[[int, int], None] | None = None) -> Simulation:
+        progress: Callable[[int, int], None] | None = None,
+        first: Plan | None = None) -> Simulation:
     """Simulate every sampled global batch; keep plans and traces when ``keep``, with every
     mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once).
-    ``progress(done, total)`` is called after each batch."""
+    ``progress(done, total)`` is called after each batch; ``first``: the first batch's plan,
+    already made (``first_plan``)."""
     cost = cost or make_cost_model(scenario)
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
@@ -47,17 +49,10 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
-    workload = scenario.workload
-    notes = []
-    if strategy.batching is not None:
-        written = scenario.raw.get("workload", {}).get("batching")
-        if written is not None and written != strategy.batching:
-            notes.append(f'workload.batching = "{written}" is not used: {strategy.name} samples '
-                         f'its batches "{strategy.batching}"')
-        workload = workload.with_batching(strategy.batching)
-    for batch in workload.sample(scenario.seed):
+    workload, notes = _workload(scenario, strategy)
+    for index, batch in enumerate(workload.sample(scenario.seed)):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
-            plan = strategy.plan(batch, ctx, options)
+            plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
             trace = engine.run(plan)
             flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
                         for chunk in plan.chunks)
@@ -77,6 +72,31 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
                     warnings=(*notes, *cost.warnings()),
                     unit_costs=scenario.cluster.device.is_unit)
     return Simulation(result, tuple(plans), tuple(traces))
+
+
+def _workload(scenario: Scenario, strategy) -> tuple[Any, list[str]]:
+    """The workload a strategy samples (its own batching, if it has one) and the note saying
+    that a batching the scenario wrote is not used."""
+    workload, notes = scenario.workload, []
+    if strategy.batching is not None:
+        written = scenario.raw.get("workload", {}).get("batching")
+        if written is not None and written != strategy.batching:
+            notes.append(f'workload.batching = "{written}" is not used: {strategy.name} samples '
+                         f'its batches "{strategy.batching}"')
+        workload = workload.with_batching(strategy.batching)
+    return workload, notes
+
+
+def first_plan(scenario: Scenario, cost: CostModel | None = None) -> Plan:
+    """The plan of the scenario's first global batch (raises what planning raises): run it
+    before simulating several scenarios, so that one that cannot be planned fails first."""
+    strategy = get_strategy(scenario.strategy)
+    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel,
+                      cost=cost or make_cost_model(scenario))
+    workload, _ = _workload(scenario, strategy)
+    batch = next(iter(workload.sample(scenario.seed)))
+    with paused():
+        return strategy.plan(batch, ctx, strategy.parse(scenario.strategy_options))
 
 
 def simulate(scenario: Scenario, *, progress: Callable[[int, int], None] | None = None) -> Result:

@@ -219,6 +219,8 @@ def check_override_key(key: str, flag: str = "--set") -> None:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(overrides, str):  # one override, not a list of its characters
+        overrides = [overrides]
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}

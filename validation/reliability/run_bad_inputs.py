@@ -424,6 +424,13 @@ CASES: tuple[Case, ...] = (
                                  f'candidate = "{REPO / QS}"\n')),)),
     Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-flexsp.toml --set strategy.min_sp=64",
          "strategy.min_sp"),
+    Case("strategy", f"compare {FIG6} --strategies chunkflow:name=megatron-1f1b,chunkflow",
+         "--strategies"),
+    Case("strategy", f"compare {FIG6} --strategies chunkflow:strategy.k=2", "--strategies"),
+    Case("strategy", "compare scenarios/skrull/qwen2.5-0.5b-chatqa2.toml --strategies "
+         "seco,spaco,chunkflow,alst", "parallel.cp"),  # the last cannot plan: before any runs
+    Case("output path", f"validate {TINY} --profile ''", "--profile"),
+    Case("output path", f"validate {TINY} --profile /dev/null", "--profile"),
     Case("scenario file", "simulate {tmp}/empty-section.toml", '[""]',
          (("empty-section.toml", f'# {SECRET}\n[""]\n' + _scn()),)),
     # -- command line ----------------------------------------------------------------------------------
