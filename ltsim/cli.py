@@ -15,9 +15,10 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
+from ltsim.cli_progress import batch_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -172,7 +173,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     check_output("--plot", args.plot)
     check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
     sim = run(scenario, keep=bool(args.trace or args.plot),
-              progress=_batch_progress("simulate", scenario.strategy, time.perf_counter()))
+              progress=batch_progress("simulate", scenario.strategy, time.perf_counter()))
     result = sim.result.to_dict()
     if args.trace:
         written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
@@ -244,7 +245,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     costs = [make_cost_model(scenario) for _, scenario in scenarios]  # planning warns too
     first = [first_plan(scenario, cost) for (_, scenario), cost in zip(scenarios, costs)]
     started = time.perf_counter()
-    results = [(label, run(scenario, keep=False, cost=cost, first=plan, progress=_batch_progress(
+    results = [(label, run(scenario, keep=False, cost=cost, first=plan, progress=batch_progress(
         "compare", label, started)).result.to_dict())
         for (label, scenario), cost, plan in zip(scenarios, costs, first)]
     _print(compare_rows(results), format_compare(results), args.json)
@@ -278,7 +279,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
             find_max_length(s, step=args.step, max_length=max(args.step, 1), mode=mode,
                             points=memo)
     answers = [find_max_length(s, step=args.step, max_length=args.max_length, mode=mode,
-                               progress=_maxlen_progress(s.strategy, started), points=memo)
+                               progress=maxlen_progress(s.strategy, started), points=memo)
                for s, memo in zip(scenarios, memos)]
     text = format_maxlen(base.name, answers)
     if args.plot:
@@ -288,31 +289,6 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         text += f"\nplot written to {args.plot}"
     _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
-
-
-def _batch_progress(command: str, label: str, started_s: float, after_s: float = 2.0):
-    """A simulation's progress on stderr, a line per global batch once the command has run
-    ``after_s`` (a planner with MILPs takes seconds a batch)."""
-    def show(done: int, total: int) -> None:
-        elapsed = time.perf_counter() - started_s
-        if elapsed >= after_s and done < total:
-            sys.stderr.write(f"{command}: {label}: batch {done} of {total} done, {elapsed:.0f} s\n")
-            sys.stderr.flush()
-    return show
-
-
-def _maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):
-    """A search's progress on stderr, a line per simulated length once the command has run
-    ``after_s`` (a planner with MILPs can take minutes: the user sees it is working)."""
-    def show(point) -> None:
-        elapsed = time.perf_counter() - started_s
-        if elapsed >= after_s:
-            verdict = ("fit" if point.fits else "planning refused" if point.limit == "plan"
-                       else f"do not fit ({point.limit} memory)")
-            sys.stderr.write(f"maxlen: {strategy}: {point.length:,} tokens {verdict}, "
-                             f"{elapsed:.0f} s\n")
-            sys.stderr.flush()
-    return show
 
 
 def _shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
@@ -343,35 +319,6 @@ def _rebuild(raw: dict[str, Any], source: str, opts: dict[str, Any] | None = Non
         raise
 
 
-def _progress_bar(started_s: float) -> Callable[[int, int], None]:
-    """A sweep's progress on stderr, ``show(done, total)``: a tqdm bar on a terminal, otherwise
-    a line at every tenth of the points (and the last) for sweeps of 20 points or more."""
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar: list = []
-
-        def show_bar(done: int, total: int) -> None:
-            if not bar:
-                bar.append(tqdm(total=total, unit="plan", file=sys.stderr, dynamic_ncols=True))
-            bar[0].update(done - bar[0].n)
-            if done >= total:
-                bar[0].close()
-        return show_bar
-    shown = [-1]
-
-    def show_lines(done: int, total: int) -> None:
-        if total < 20:  # short work: no progress lines
-            return
-        step = max(1, total // 10)
-        if done == total or done // step != shown[0]:
-            shown[0] = done // step
-            sys.stderr.write(f"sweep: {done}/{total} points, "
-                             f"{time.perf_counter() - started_s:.0f} s\n")
-            sys.stderr.flush()
-    return show_lines
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
     from ltsim.planner import check_executor, expand_grid, rank, run_sweep
@@ -392,7 +339,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_distinct({"--plot": args.plot, "--db": args.db}, (Path(args.scenario),))
     _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
-    show = _progress_bar(time.perf_counter())
+    show = progress_bar(time.perf_counter())
 
     def stale(count: int) -> None:
         print(f"ltsim sweep: {count} stored result{'s are' if count > 1 else ' is'} stale (inputs "

@@ -121,10 +121,10 @@ def test_workload_mode_needs_a_distribution(capsys):
 
 def test_progress_lines_show_each_length_once_the_search_runs_long(capsys, quickstart):
     """A slow search (InfiniPipe's MILPs: minutes) prints a line per simulated length on stderr."""
-    from ltsim.cli import _maxlen_progress
+    from ltsim.cli_progress import maxlen_progress
 
     answer = find_max_length(quickstart, step=1 << 18, max_length=1 << 21,
-                             progress=_maxlen_progress("chunkflow", 0.0, after_s=0.0))
+                             progress=maxlen_progress("chunkflow", 0.0, after_s=0.0))
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == len(answer.points)
     assert lines[0].startswith("maxlen: chunkflow: 262,144 tokens fit, ")
