@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, unusable_path
 from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
 from ltsim.sim.metrics import speedup as throughput_speedup
 
@@ -122,9 +122,7 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
             scenario = _resolve(path, name)
             found = scenario.is_file()
         except OSError as exc:  # a path the system refuses (too long, ...)
-            raise ConfigError(f"case[{i}].{key}", "a path this system can use", name,
-                              "give a shorter or accessible path", source=str(path),
-                              context=exc.strerror or type(exc).__name__) from None
+            raise unusable_path(f"case[{i}].{key}", name, exc, source=str(path)) from None
         if not found:
             raise ConfigError(f"case[{i}].{key}", "an existing scenario file", name,
                               f"paths are tried as given, then from {path.resolve().parent.parent}",

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, unusable_path
 
 _EXAMPLE_NAMES = {"--trace": "trace.json", "--plot": "figure.png", "--db": "sweep.sqlite"}
 _FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # else matplotlib is asked
@@ -70,8 +70,7 @@ def check_output(flag: str, path: Path | None) -> None:
     try:
         _check_output(flag, path)
     except OSError as exc:
-        raise ConfigError(flag, "a path this system can use", str(path), "give a shorter or "
-                          "accessible path", context=exc.strerror or type(exc).__name__) from None
+        raise unusable_path(flag, path, exc) from None
 
 
 def _check_output(flag: str, path: Path) -> None:

@@ -42,6 +42,14 @@ class ConfigError(LtsimError):
                            context=self.context)
 
 
+def unusable_path(key: str, path: object, exc: OSError, *, source: str = "") -> ConfigError:
+    """The error for a path the system refuses to look at (too long, a folder without
+    permission): ``exc`` is the OSError a stat or an open raised."""
+    return ConfigError(key, "a path this system can use", str(path), "give a shorter or "
+                       "accessible path", source=source,
+                       context=exc.strerror or type(exc).__name__)
+
+
 _MAX_SHOWN = 200  # characters of a value quoted in a message
 
 

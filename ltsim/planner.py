@@ -107,7 +107,7 @@ def check_executor(spec: str) -> tuple[str, int | str]:
         return "local", 0
     if spec.startswith("local:"):
         count = spec[len("local:"):]
-        if re.fullmatch(r"[0-9]+", count) and 1 <= int(count) <= 4096:  # not isdigit: '٣' is one
+        if count.isascii() and count.isdigit() and 1 <= int(count) <= 4096:  # '٣' is a digit too
             return "local", int(count)
         raise ConfigError("--executor", rule, spec, f"e.g. --executor local:{os.cpu_count() or 2}")
     if spec.startswith("dask://"):

@@ -37,8 +37,8 @@ CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
     "collectives": {"scope": ("intra", "inter")},
     "eager": {"stage": ("first", "middle", "last", None)},  # blank: a middle stage
 }
-# columns every row must fill with a whole number of at least this (where the table has them;
-# eager's context_tokens may be blank: none)
+# columns every row must fill with a whole number of at least this: sizes and counts (where
+# the table has them; eager's context_tokens may be blank: none)
 COUNT_COLUMNS: dict[str, dict[str, int]] = {
     "gemm": {"m": 1, "n": 1, "k": 1},
     "gemm_bwd": {"m": 1, "n": 1, "k": 1},
@@ -60,16 +60,6 @@ TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "dtype"),
 }
 METHODS = ("measured", "published", "analytic")
-# columns every row must fill with a positive number (sizes, counts, times)
-POSITIVE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m", "n", "k", "time_s"),
-    "gemm_bwd": ("m", "n", "k", "time_s"),
-    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "time_s"),
-    "collectives": ("group_size", "bytes", "time_s"),
-    "eager": ("layers", "num_tokens", "time_s"),
-    "elementwise": ("num_tokens", "hidden", "time_s"),
-    "optimizer": ("num_params", "time_s"),
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,7 +271,9 @@ def _whole(value: Any, least: int) -> bool:
 
 
 def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> None:
-    """Raise ProfileError when a table lacks a required column, is empty, or has bad times."""
+    """Raise ProfileError when a table lacks a required column, is empty, or holds a bad value:
+    times (``MAX_TIME_S``), choices, names and counts by the tables above; the message names the
+    row, never the value."""
     columns = list(frame.columns)
     missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in columns]
     if missing:
@@ -324,13 +316,6 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                f"numbers of at least {least} (data row {bad[0] + 1} does not, "
                                f"{len(bad)} rows in all). Fix: correct those rows or re-run the "
                                "profiler for this table")
-    for column in POSITIVE_COLUMNS.get(name, ()):
-        values = [_number(v) for v in frame[column]]
-        bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)]
-        if bad:  # the row, not its value
-            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold positive numbers "
-                               f"(data row {bad[0] + 1} does not, {len(bad)} rows in all). Fix: "
-                               "correct those rows or re-run the profiler for this table")
 
 
 # ---------------------------------------------------------------------------------------------

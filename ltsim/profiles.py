@@ -48,11 +48,11 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
 CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
-from ltsim.profile_files import (METHODS, POSITIVE_COLUMNS, TABLE_COLUMNS, ProfileMeta, Table,
+from ltsim.profile_files import (METHODS, TABLE_COLUMNS, ProfileMeta, Table,
                                  check_table, read_meta, read_optional_rows, read_rows, read_table,
                                  write_meta, write_table)
 
-__all__ = ["CONTEXT_SUFFIX", "METHODS", "POSITIVE_COLUMNS", "PROFILES_DIR", "REQUIRED_TABLES",
+__all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_KERNEL", "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles",
            "check_table", "load_profile", "read_meta", "read_optional_rows", "read_rows", "read_table",
            "resolve_profile",

@@ -113,6 +113,9 @@ def _with_units(columns: Sequence[tuple[str, str, Any]], rows: Sequence[dict[str
     return [(k, "tokens/unit" if k == "tokens_per_s" else h, swap.get(f, f)) for k, h, f in columns]
 
 
+_COMPARE_WARNINGS = 3  # per strategy under compare's table (simulate prints ten)
+
+
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     rows = compare_rows(results)
     lines = [format_table(rows, _with_units(COMPARE_COLUMNS, rows))]
@@ -123,9 +126,6 @@ def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
             lines.append(f"warning: {label}: ... and {len(warnings) - _COMPARE_WARNINGS} more "
                          "(see --json)")
     return "\n".join(lines)
-
-
-_COMPARE_WARNINGS = 3
 
 
 def to_json(data: Any) -> str:

@@ -43,13 +43,10 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     ``progress(done, total)`` is called after each batch; ``first``: the first batch's plan,
     already made (``first_plan``)."""
     cost = cost or make_cost_model(scenario)
-    strategy = get_strategy(scenario.strategy)
-    options = strategy.parse(scenario.strategy_options)
-    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
+    strategy, options, ctx, workload, notes = _planning(scenario, cost)
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
-    workload, notes = _workload(scenario, strategy)
     for index, batch in enumerate(workload.sample(scenario.seed)):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
             plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
@@ -74,9 +71,12 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     return Simulation(result, tuple(plans), tuple(traces))
 
 
-def _workload(scenario: Scenario, strategy) -> tuple[Any, list[str]]:
-    """The workload a strategy samples (its own batching, if it has one) and the note saying
-    that a batching the scenario wrote is not used."""
+def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContext, Any, list[str]]:
+    """What planning a scenario's batches takes: its strategy, parsed options, context, the
+    workload the strategy samples (its own batching, if it has one), and the note saying that a
+    batching the scenario wrote is not used."""
+    strategy = get_strategy(scenario.strategy)
+    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
     workload, notes = scenario.workload, []
     if strategy.batching is not None:
         written = scenario.raw.get("workload", {}).get("batching")
@@ -84,19 +84,16 @@ def _workload(scenario: Scenario, strategy) -> tuple[Any, list[str]]:
             notes.append(f'workload.batching = "{written}" is not used: {strategy.name} samples '
                          f'its batches "{strategy.batching}"')
         workload = workload.with_batching(strategy.batching)
-    return workload, notes
+    return strategy, strategy.parse(scenario.strategy_options), ctx, workload, notes
 
 
 def first_plan(scenario: Scenario, cost: CostModel | None = None) -> Plan:
     """The plan of the scenario's first global batch (raises what planning raises): run it
     before simulating several scenarios, so that one that cannot be planned fails first."""
-    strategy = get_strategy(scenario.strategy)
-    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel,
-                      cost=cost or make_cost_model(scenario))
-    workload, _ = _workload(scenario, strategy)
+    strategy, options, ctx, workload, _ = _planning(scenario, cost or make_cost_model(scenario))
     batch = next(iter(workload.sample(scenario.seed)))
     with paused():
-        return strategy.plan(batch, ctx, strategy.parse(scenario.strategy_options))
+        return strategy.plan(batch, ctx, options)
 
 
 def simulate(scenario: Scenario, *, progress: Callable[[int, int], None] | None = None) -> Result:

@@ -108,7 +108,8 @@ class Bucketing:
     """``bucketing`` for one micro-batch at growing counts: the DP's rows (row b: the least
     padding of the first i sequences in b runs) do not depend on the count asked for, so each is
     computed once (solve_groups asks for one run more until the padding is small enough:
-    recomputing every row each time took minutes for a batch of thousands)."""
+    recomputing every row each time made the planner 11.5 s instead of 6.4 s on a batch of 2,048,
+    validation/perf/README.md)."""
 
     def __init__(self, lengths: list[int]) -> None:
         self.order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
@@ -124,7 +125,6 @@ class Bucketing:
         s, prefix, previous = self.s, self.prefix, self.dp[-1]
         n = len(s)
         row, cut = np.full(n + 1, math.inf), np.zeros(n + 1, dtype=int)
-        row[0] = math.inf
         j = np.arange(n + 1)
         for i in range(1, n + 1):
             cost = previous[:i] + s[i - 1] * (i - j[:i]) - (prefix[i] - prefix[:i])
