@@ -53,7 +53,7 @@ from ltsim.profile_files import (METHODS, TABLE_COLUMNS, ProfileMeta, Table,
                                  write_meta, write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
-           "SDPA_KERNEL", "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles",
+           "SDPA_BOOL_MASK_KERNEL", "SDPA_KERNEL", "SDPA_KERNELS", "TABLE_COLUMNS", "Profile", "ProfileMeta", "Table", "available_profiles",
            "check_table", "load_profile", "read_meta", "read_optional_rows", "read_rows", "read_table",
            "resolve_profile",
            "write_meta", "write_table"]
@@ -63,6 +63,12 @@ __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
 # chunk, the outputs concatenated (ltsim/executor/model.py), which the memory model counts
 # (memory.activation_bytes_per_token's sdpa_output_copy)
 SDPA_KERNEL = "torch_sdpa"
+# The same SDPA path with a boolean bottom-right mask for slices with context (what ltsim's
+# executor ran up to commit 1acdf9d; its H100 development set was measured with it): torch turns
+# the mask into an additive bias of the query dtype and keeps it for the backward
+# (costs/buffers.py), and SDPA runs its masked kernel (attention.csv's "bool_bottom_right" rows).
+SDPA_BOOL_MASK_KERNEL = "torch_sdpa_boolmask"
+SDPA_KERNELS = (SDPA_KERNEL, SDPA_BOOL_MASK_KERNEL)
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ConfigError
+from ltsim.profiles import SDPA_BOOL_MASK_KERNEL
 from ltsim.sim.metrics import batch_metrics
 
 if TYPE_CHECKING:
@@ -154,8 +155,11 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
     backend, device = executor_device(scenario)
     sim = run(scenario.with_overrides({"workload.num_batches": 1}), cost=cost)
     plan = sim.plans[0]
+    attention = ("sdpa_boolmask" if scenario.cluster.attention_kernel == SDPA_BOOL_MASK_KERNEL
+                 else "auto")  # run the kernel the prediction prices
     measured = execute_plan(plan, scenario.model, scenario.parallel, backend=backend,
-                            device=device, seed=seed, warmup=warmup, repeats=repeats)
+                            device=device, seed=seed, warmup=warmup, repeats=repeats,
+                            attention=attention)
     validation = compare(plan, sim.traces[0], measured.trace,
                          measured.peak_memory_bytes_per_device,
                          measured.peak_host_memory_bytes_per_device)

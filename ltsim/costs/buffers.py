@@ -27,10 +27,16 @@ def as_parallel(split: Split) -> ParallelConfig:
 class BufferCosts:
     """``sdpa_output_copy``: attention runs as the executor's per-slice SDPA, whose concatenated
     output is a second copy of the attention output in a layer's activations
-    (memory.attention_output_copy_bytes_per_token)."""
+    (memory.attention_output_copy_bytes_per_token). ``context_mask_bias``: a slice with context
+    runs SDPA with a boolean mask (profiles.SDPA_BOOL_MASK_KERNEL), which torch turns into an
+    additive bias of the query dtype, q x kv elements broadcast over the heads, that the
+    attention backward keeps (its saved ``attn_bias``): model-dtype bytes per query and key, per
+    layer, beside the layer's activations."""
 
-    def __init__(self, model: ModelSpec, *, sdpa_output_copy: bool = False) -> None:
+    def __init__(self, model: ModelSpec, *, sdpa_output_copy: bool = False,
+                 context_mask_bias: bool = False) -> None:
         self.model, self.sdpa_output_copy = model, sdpa_output_copy
+        self.context_mask_bias = context_mask_bias
         self.e = dtype_bytes(model.dtype)
         self.per_token = lru_cache(maxsize=4096)(self._per_token)
 
@@ -48,6 +54,9 @@ class BufferCosts:
             if context:
                 total += context * self.per_token("kv", Keep.ALL, work.num_layers, work.split,
                                                   False, False, NO_TILING)
+                if self.context_mask_bias:  # queries x keys of each slice with context, over cp
+                    total += (self.e * work.num_layers / work.split.cp
+                              * sum((s.stop - s.start) * s.stop for s in work.slices if s.start))
         return int(total)
 
     def _per_token(self, kind: str, keep: Keep, layers: int, split: Split, embed: bool,

@@ -31,7 +31,7 @@ from ltsim.costs.eager import eager_costs
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
-from ltsim.profiles import SDPA_KERNEL, load_profile
+from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
@@ -58,9 +58,11 @@ class TableCostModel:
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)
         self.peak_flops_per_s = cluster.device.peak_flops_per_s
-        # the executor's SDPA path keeps a concatenated copy of the attention output
-        self._buffers = BufferCosts(
-            model, sdpa_output_copy=self.profile.attention_kernel == SDPA_KERNEL)
+        # the executor's SDPA path keeps a concatenated copy of the attention output; with a
+        # boolean mask, the mask's bias too
+        kernel = self.profile.attention_kernel
+        self._buffers = BufferCosts(model, sdpa_output_copy=kernel in SDPA_KERNELS,
+                                    context_mask_bias=kernel == SDPA_BOOL_MASK_KERNEL)
         self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
         self._compute = ComputeCosts(model, cluster, self.profile,
                                      accumulate_grads=grad_dtype == "model")

@@ -10,7 +10,7 @@ A `Transformer` can hold a layer range [a, b) of the model (one pipeline stage):
 embeds tokens, the last one applies the LM head and returns the cross-entropy loss summed over
 tokens. Attention uses flash-attn's `flash_attn_varlen_func` on CUDA in fp16/bf16 when it imports,
 and torch SDPA per slice otherwise (is_causal on the diagonal, `kernels.context_attention` for a
-slice with context); both compute the same function.
+slice with context, or a boolean mask with backend "sdpa_boolmask"); all compute the same function.
 
 Architecture: karpathy/nanoGPT model.py (sizes, init std 0.02) and the Llama reference
 (meta-llama/llama model.py: RMSNorm, rotate-half RoPE, GQA, SwiGLU).
@@ -102,9 +102,14 @@ def _flash_varlen() -> Callable | None:
     return flash_attn_varlen_func
 
 
+# "auto": flash-attn where it runs, else SDPA; "sdpa_boolmask": SDPA with a boolean mask for slices
+# with context (the executor up to 1acdf9d: profiles.SDPA_BOOL_MASK_KERNEL)
+ATTENTION_BACKENDS = ("auto", "sdpa", "flash", "sdpa_boolmask")
+
+
 def uses_flash(q: torch.Tensor, backend: str = "auto") -> bool:
     """Whether `attention` takes the flash-attn path for this query tensor."""
-    if backend == "sdpa":
+    if backend in ("sdpa", "sdpa_boolmask"):
         return False
     ok = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _flash_varlen() is not None
     if backend == "flash" and not ok:
@@ -147,6 +152,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBa
         num_q, num_k = qi.shape[2], ki.shape[2]
         if num_q == num_k:
             out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
+        elif backend == "sdpa_boolmask":  # query j sees keys up to num_k - num_q + j
+            mask = torch.ones(num_q, num_k, dtype=torch.bool, device=q.device).tril(num_k - num_q)
+            out = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=gqa)
         else:  # query j sits at key index num_k - num_q + j: causal, aligned bottom-right
             out = kernels.context_attention(qi, ki, vi)
         outs.append(out[0].transpose(0, 1))

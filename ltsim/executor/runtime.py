@@ -41,6 +41,7 @@ import torch.multiprocessing as mp
 
 from ltsim.errors import ConfigError, PlanError
 from ltsim.executor.comm import check_p2p_order, recv_sources
+from ltsim.executor.model import ATTENTION_BACKENDS
 from ltsim.executor.worker import OPTIMIZERS, WorkerConfig, device_main, make_tokens
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
@@ -99,14 +100,16 @@ class MeasuredRun:
 def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backend: str = "gloo",
                  device: str = "cpu", seed: int = 0, dtype: str | torch.dtype | None = None,
                  warmup: int = 1, repeats: int = 1, optimizer: str = "adam", lr: float = 1e-4,
-                 num_threads: int = 1, timeout_s: float = 600.0, return_grads: bool = False
-                 ) -> MeasuredRun:
+                 num_threads: int = 1, timeout_s: float = 600.0, return_grads: bool = False,
+                 attention: str = "auto") -> MeasuredRun:
     """Run ``plan`` with one process per simulated device and measure every op.
 
     ``warmup`` iterations run first and are not measured, then ``repeats`` measured ones (the
     optimizer steps after each, ``optimizer`` "adam" or "sgd" at a fixed ``lr``). ``dtype``
     overrides the model's ("fp64", "fp32", "bf16", "fp16" or a torch dtype). ``num_threads`` is
     torch's intra-op thread count per process (the CPU profile is measured with 1).
+    ``attention``: one of model.ATTENTION_BACKENDS ("sdpa_boolmask": SDPA with a boolean mask for
+    slices with context, the kernel profiles.SDPA_BOOL_MASK_KERNEL prices).
     Raises ConfigError for bad arguments, PlanError for a plan the executor cannot run, and
     RuntimeError when a device process fails (its traceback in the message). The processes are
     spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard.
@@ -115,6 +118,9 @@ def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backe
     plan = plan.expand()
     dtype_name = _dtype_name(dtype)
     _check_arguments(plan, spec, parallel, backend, device, warmup, repeats, optimizer)
+    if attention not in ATTENTION_BACKENDS:
+        raise ConfigError("executor.attention", f"one of {', '.join(ATTENTION_BACKENDS)}",
+                          attention)
     check_supported(plan)
     if backend == "nccl":
         check_p2p_order(plan)
@@ -124,7 +130,7 @@ def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backe
                               init_method=f"tcp://127.0.0.1:{_free_port()}", out_dir=tmp,
                               warmup=warmup, repeats=repeats, optimizer=optimizer, lr=lr,
                               num_threads=num_threads, timeout_s=timeout_s,
-                              return_grads=return_grads)
+                              return_grads=return_grads, attention=attention)
         _spawn(plan, spec, config)
         reports = [torch.load(Path(tmp) / f"device{d}.pt", weights_only=False)
                    for d in range(plan.num_devices)]

@@ -77,6 +77,7 @@ class WorkerConfig:
     timeout_s: float
     return_grads: bool
     recv_lookahead: int = 1_000_000  # compute ops ahead whose receives are posted (all, by default)
+    attention: str = "auto"  # model.ATTENTION_BACKENDS
 
 
 def make_tokens(seq_lengths: tuple[int, ...], vocab_size: int, seed: int) -> dict[int, torch.Tensor]:
@@ -164,7 +165,7 @@ class DeviceRun:
         dtype = TORCH_DTYPES[config.dtype] if config.dtype else None
         first = plan.stage_layers[self.stage][0]
         self.model = Transformer(spec, layers=plan.stage_layers[self.stage], seed=config.seed,
-                                 dtype=dtype).to(self.device)
+                                 dtype=dtype, attention_backend=config.attention).to(self.device)
         self.names = {global_param_name(n, first): p for n, p in self.model.named_parameters()}
         self.dtype = next(self.model.parameters()).dtype
         self.hidden_size = spec.hidden_size

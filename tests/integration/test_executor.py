@@ -122,11 +122,11 @@ def test_megatron_pipeline_matches_single_process(reference):
     assert list(trace.static_bytes) == [2 * p for p in params]
 
 
-@pytest.mark.parametrize("k", [1, 2])
-def test_chunkflow_dependent_chunks_match_single_process(reference, k):
+@pytest.mark.parametrize("k,attention", [(1, "auto"), (2, "auto"), (1, "sdpa_boolmask")])
+def test_chunkflow_dependent_chunks_match_single_process(reference, k, attention):
     plan, parallel = make_plan("chunkflow", chunk_size=32, k=k)
     assert any(op.kind is OpKind.R for op in plan.ops())  # 96 tokens -> 3 dependent chunks
-    measured = run(plan, parallel)
+    measured = run(plan, parallel, attention=attention)
     assert_matches(measured, reference)
     assert check_trace(plan, measured.trace) == []
 
@@ -249,6 +249,8 @@ def test_bad_arguments():
         execute_plan(plan, SPEC, ParallelConfig(pp=1))
     with pytest.raises(ConfigError, match="'parallel.tp' must be 1 with cp 1"):
         execute_plan(plan, SPEC, ParallelConfig(pp=2, tp=2))
+    with pytest.raises(ConfigError, match="'executor.attention' must be one of auto, sdpa"):
+        execute_plan(plan, SPEC, parallel, attention="mask")
     split = dataclasses.replace(plan, programs=tuple(
         dataclasses.replace(p, ops=tuple(op.evolve(kind=OpKind.W)
                                          if op.kind is OpKind.B else op for op in p.ops))

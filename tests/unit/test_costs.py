@@ -89,6 +89,27 @@ def test_the_sdpa_kernel_keeps_the_attention_output_twice_and_flash_once():
             == costs["fa2"].buffer_bytes(Buffer("ckpt", work)))
 
 
+def test_the_boolean_mask_kernel_prices_context_slices_apart_and_keeps_their_mask_bias():
+    # torch_sdpa_boolmask (the executor up to 1acdf9d): the same SDPA call on the diagonal; with
+    # context, the boolean-mask rows measured on 2026-11-22 and a model-dtype bias of q x kv per
+    # layer kept for the backward
+    spec = get_model("llama-2-7b")
+    costs = {kernel: TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"),
+                                                      gpus_per_node=1, attention_kernel=kernel))
+             for kernel in ("torch_sdpa", "torch_sdpa_boolmask")}
+    plain, masked = costs["torch_sdpa"], costs["torch_sdpa_boolmask"]
+    whole, later = _work(4096, Split()), _work(4096, Split(), context=12288)
+    for kind in (OpKind.F, OpKind.B):
+        assert masked.compute_s(kind, whole) == plain.compute_s(kind, whole)
+        assert masked.compute_s(kind, later) > 1.1 * plain.compute_s(kind, later)
+    for keep in (Keep.ALL, Keep.SELECTIVE):
+        assert (masked.buffer_bytes(Buffer("act", whole, keep))
+                == plain.buffer_bytes(Buffer("act", whole, keep)))
+        assert (masked.buffer_bytes(Buffer("act", later, keep))
+                - plain.buffer_bytes(Buffer("act", later, keep))) == 4 * 2 * 4096 * 16384
+    assert masked.buffer_bytes(Buffer("ckpt", later)) == plain.buffer_bytes(Buffer("ckpt", later))
+
+
 def test_zero_shards_static_memory_and_limit_leaves_allocator_allowance():
     cost = _model("qwen2.5-7b", "h100-sxm5-80gb")
 

@@ -76,7 +76,9 @@ def naive_attention(q, k, v, batch: PackedBatch, past) -> torch.Tensor:
     return torch.einsum("hqk,khd->qhd", probs, v_all)
 
 
-def test_sdpa_attention_matches_naive_reference():
+@pytest.mark.parametrize("backend", ["auto", "sdpa_boolmask"])
+def test_sdpa_attention_matches_naive_reference(backend):
+    # "sdpa_boolmask" (a boolean mask for slices with context) computes the same function
     tokens = {0: torch.zeros(40, dtype=torch.long), 1: torch.zeros(9, dtype=torch.long),
               2: torch.zeros(30, dtype=torch.long)}
     batch = pack_chunk([(0, 24, 40), (1, 0, 9), (2, 10, 13)], tokens)  # past, none, past
@@ -86,7 +88,7 @@ def test_sdpa_attention_matches_naive_reference():
     past = [(shape(24, 2), shape(24, 2)), None, (shape(10, 2), shape(10, 2))]
     leaves = [q, k, v] + [t for p in past if p is not None for t in p]
     results = []
-    for fn in (attention, naive_attention):
+    for fn in (lambda *a: attention(*a, backend), naive_attention):
         for t in leaves:
             t.grad = None
             t.requires_grad_()

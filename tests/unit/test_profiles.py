@@ -349,8 +349,8 @@ def test_shipped_tables_carry_provenance(name):
 
 
 def test_measured_h100_is_the_default_with_its_masked_kernel_apart():
-    """The h100-sxm5-80gb preset's tables are measured (shared/data/h100-measured) with published
-    collectives; queries with context use the boolean-mask kernel's rows, never the diagonal's."""
+    """The h100-sxm5-80gb preset's tables are measured (validation/profiles) with published
+    collectives; queries with context use the lower-right kernel's rows, never the diagonal's."""
     profile = load_profile("h100-sxm5-80gb")
     assert profile.attention_kernel == "torch_sdpa"
     assert set(read_table(profile.path, "collectives").method) <= {"published", "analytic"}

@@ -6,9 +6,10 @@
 The set is validation/executor/h100-dev (copied from ../shared/data/h100-executor-dev): seven plans that ltsim's
 executor ran on one H100 on 2026-11-22 (4-layer Llama-2-7B slice, bf16, Megatron 1F1B and
 ChunkFlow). The scenario copies in validation/executor/h100-dev/ state the precision that executor
-ran (bf16 weights, gradients and Adam state: ``grad_dtype = optimizer_dtype = "model"``). Predictions
-use the h100-sxm5-80gb preset's default profile (measured tables, torch_sdpa attention, published
-collectives) without the allocator allowance, as ``ltsim validate`` does, since the executor's peak
+ran (bf16 weights, gradients and Adam state: ``grad_dtype = optimizer_dtype = "model"``) and its
+attention for slices with context (SDPA with a boolean mask: ``hardware.attention_kernel =
+"torch_sdpa_boolmask"``, that kernel's measured rows). Predictions
+use the h100-sxm5-80gb preset's default profile (measured tables, published collectives) without the allocator allowance, as ``ltsim validate`` does, since the executor's peak
 is torch's ``max_memory_allocated``.
 """
 
@@ -28,7 +29,8 @@ from ltsim.validate import bare_cost_model  # noqa: E402
 
 SETS = {"h100-dev": "`validation/executor/h100-dev` (copied from `../shared/data/h100-executor-dev`: "
                     "measured 2026-11-22 by ltsim 1acdf9d's executor, boolean-mask attention for "
-                    "slices with context, torch 2.11, cuDNN SDPA)",
+                    "slices with context (the scenarios name that kernel, "
+                    "`torch_sdpa_boolmask`), torch 2.11, cuDNN SDPA)",
         "h100-run2": "`validation/executor/h100-run2` (measured 2026-11-23 by "
                      "`validation/executor/gpu_run.py` with this executor: lower-right causal "
                      "SDPA for slices with context; torch 2.11)"}
