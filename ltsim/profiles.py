@@ -54,8 +54,8 @@ from ltsim.profile_files import (METHODS, TABLE_COLUMNS, ProfileMeta, Table,
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_BOOL_MASK_KERNEL", "SDPA_KERNEL", "SDPA_KERNELS", "TABLE_COLUMNS", "Profile",
-           "ProfileMeta", "Table", "available_profiles", "check_table", "load_profile", "read_meta", "read_optional_rows", "read_rows", "read_table",
-           "resolve_profile",
+           "ProfileMeta", "Table", "available_profiles", "check_table", "load_profile",
+           "read_meta", "read_optional_rows", "read_rows", "read_table", "resolve_profile",
            "write_meta", "write_table"]
 
 
