@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name a terminal cannot show is escaped, not fatal
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # named by the command they were given to, as its own usage errors are
+        print(f"ltsim {args.command}: error: unrecognized arguments: {' '.join(unknown)}. Fix: see "
+              f"`ltsim {args.command} --help`", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         return COMMANDS[args.command](args)
     except LtsimError as exc:

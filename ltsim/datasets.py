@@ -33,7 +33,7 @@ import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -427,6 +427,14 @@ def _read_jsonl(path: str) -> Rows:
     return _as_lengths(path, values, where), where
 
 
+def _read_parquet(data: io.BytesIO) -> Any:
+    """A parquet table's columns, without the pandas metadata a writer may have stored beside them
+    (index columns, dtypes: free text a file can get wrong, and only the columns matter here)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(data).to_pandas(ignore_metadata=True)
+
+
 def _read_table(path: str) -> Rows:
     """A .csv or .parquet table with a ``num_tokens`` or ``length`` column (pandas; pyarrow for parquet)."""
     import pandas as pd  # pandas is slow to import; only user tables need it
@@ -435,7 +443,7 @@ def _read_table(path: str) -> Rows:
         data = io.BytesIO(read_input(path))  # never pandas' own open: it could block
         with warnings.catch_warnings():  # pandas' warnings (DtypeWarning) quote the header
             warnings.simplefilter("ignore")
-            frame = (pd.read_parquet(data) if path.lower().endswith(".parquet")
+            frame = (_read_parquet(data) if path.lower().endswith(".parquet")
                      else pd.read_csv(data, low_memory=False))
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
@@ -447,7 +455,8 @@ def _read_table(path: str) -> Rows:
                           context=str(err).replace("Error tokenizing data. C error: ", "")) from None
     except OSError as err:
         raise _unreadable(path, err) from None
-    except ValueError:  # pyarrow's ArrowInvalid is a ValueError; its text may quote the file
+    except (ValueError, KeyError, TypeError):  # pyarrow's ArrowInvalid is a ValueError; their
+        # texts may quote the file
         raise ConfigError(KEY, "a readable table", path, "check the file format") from None
     column = next((c for c in LENGTH_COLUMNS if c in frame.columns), None)
     if column is None:  # the header is the file's first line: named by position, not quoted

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,12 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
 }
 # columns every row must fill with one of a few words
+# how a row applied the causal mask (ltsim/profiler/attention.py; profiles.CONTEXT_MASKS are the
+# context-only ones); blank for published rows
+ATTENTION_MASKS = ("is_causal", "causal_bottom_right", "bool_bottom_right", "causal_lower_right",
+                   "cpu_flash_bottom_right", None)
 CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
-    "attention": {"pass": ("fwd", "bwd")},
+    "attention": {"pass": ("fwd", "bwd"), "mask": ATTENTION_MASKS},
     "gemm_bwd": {"pass": ("dgrad", "wgrad")},
     "collectives": {"scope": ("intra", "inter")},
     "eager": {"stage": ("first", "middle", "last", None)},  # blank: a middle stage
@@ -60,6 +65,9 @@ TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "dtype"),
 }
 METHODS = ("measured", "published", "analytic")
+# a name in a TEXT_COLUMNS cell: a word of letters, digits, '_', '.' and '-' (an attention kernel
+# may not hold '+': profiles.CONTEXT_SUFFIX marks a kernel's rows with context)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,9 +218,11 @@ def read_rows(directory: str | Path, name: str) -> Table:
     if not records:
         raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}")
     columns = records[0]
-    if any(len(r) > len(columns) for r in records[1:]):
+    uneven = next((r for r in records[1:] if len(r) != len(columns)), None)
+    if uneven is not None:
         raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
-                           f"its header (some rows have more). {fix}")
+                           f"its header (some rows have "
+                           f"{'more' if len(uneven) > len(columns) else 'fewer'}). {fix}")
     data = {c: _typed([r[i] if i < len(r) else "" for r in records[1:]])
             for i, c in enumerate(columns)}
     table = Table(columns, data)
@@ -299,12 +309,15 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                f"{words} (data row {bad[0] + 1} does not). Fix: "
                                "correct those rows or re-run the profiler for this table")
     for column in (c for c in TEXT_COLUMNS.get(name, ()) if c in columns):
-        bad = [i for i, v in enumerate(frame[column]) if not isinstance(v, str) or not v.strip()]
+        bad = [i for i, v in enumerate(frame[column])
+               if not isinstance(v, str) or not NAME.fullmatch(v.strip())]
         if bad:  # the row, not its value
-            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold names, not "
-                               f"numbers or blanks (data row {bad[0] + 1} does not, {len(bad)} rows "
-                               "in all). Fix: correct those rows or re-run the profiler for this "
-                               "table")
+            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold names (letters, "
+                               f"digits, '_', '.', '-'), not numbers or blanks (data row "
+                               f"{bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct those "
+                               "rows or re-run the profiler for this table")
+    if name == "attention":
+        _check_attention(frame, source)
     for column, least in COUNT_COLUMNS.get(name, {}).items():
         if column not in columns:
             continue
@@ -316,6 +329,24 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                f"numbers of at least {least} (data row {bad[0] + 1} does not, "
                                f"{len(bad)} rows in all). Fix: correct those rows or re-run the "
                                "profiler for this table")
+
+
+def _check_attention(frame: "pd.DataFrame | Table", source: str) -> None:
+    """``causal`` is True or False in every row, and a causal row's queries are the last q_tokens
+    of its kv_tokens (q <= kv)."""
+    causal = [str(v).strip().lower() for v in frame["causal"]]
+    bad = [i for i, v in enumerate(causal) if v not in ("true", "false")]
+    if bad:
+        raise ProfileError(f"{source}: table 'attention' column 'causal' must hold True or False "
+                           f"(data row {bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct "
+                           "those rows or re-run the profiler for this table")
+    bad = [i for i, (c, q, kv) in enumerate(zip(causal, frame["q_tokens"], frame["kv_tokens"]))
+           if c == "true" and _number(q) > _number(kv)]
+    if bad:
+        raise ProfileError(f"{source}: table 'attention' must have q_tokens <= kv_tokens in its "
+                           f"causal rows (the queries are the last q_tokens of kv_tokens; data row "
+                           f"{bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct those "
+                           "rows or re-run the profiler for this table")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -259,7 +259,12 @@ class Profile:
                                "context (every row's mask reads earlier K/V). Fix: re-run the "
                                "profiler for attention")
         default = self.meta.tables.get("attention", {}).get("default_kernel", kernels[0])
-        self.attention_kernel = attention_kernel or (default if default in kernels else kernels[0])
+        if not isinstance(default, str) or default not in kernels:  # never a silent other kernel
+            raise ProfileError(f"{self.path / 'meta.json'}: tables.attention.default_kernel must "
+                               f"name one of the kernels attention.csv holds ({', '.join(kernels)})"
+                               ". Fix: name one of them, or remove the key (the first is then "
+                               "the default)")
+        self.attention_kernel = attention_kernel or default
         if self.attention_kernel not in kernels:
             raise ProfileError(
                 f"hardware.attention_kernel must be one of {', '.join(kernels)}, the kernels "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Sequence
 
 from ltsim.units import NO_LIMIT_BYTES, fmt_bytes, fmt_seconds
@@ -129,7 +130,20 @@ def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False, default=str)
+    """``--json`` output: strict JSON (RFC 8259 has no NaN or Infinity, which Python writes and
+    jq, JavaScript and most parsers refuse), so a number that is not finite is null: an
+    unbounded option (SpaCO's ``cap = inf``), a metric a rejected sweep point has none of."""
+    return json.dumps(_finite(data), indent=2, sort_keys=False, default=str, allow_nan=False)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def format_sweep(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, top: int = 20) -> str:

@@ -184,6 +184,26 @@ def test_sweep_bad_point_is_a_row_not_a_crash(capsys):
     assert "must be a positive integer" in rows[-1]["error"]
 
 
+def _strict(text: str):
+    """json.loads refusing NaN and Infinity, as RFC 8259 (and jq) do."""
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_json(capsys):
+    # Python wrote NaN for a rejected sweep point's metrics and Infinity for SpaCO's cap = inf
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", "strategy.k=nan,1", "--json"]) == 0
+    rows = _strict(capsys.readouterr().out)
+    assert len(rows) == 2 and any(row.get("error") for row in rows)
+    spaco = REPO / "scenarios/seco/rtx3090-llama3-8b-lora.toml"
+    assert main(["simulate", str(spaco), "--set", 'strategy.name="spaco"', "--set",
+                 "strategy.cap=inf", "--json"]) == 0
+    result = _strict(capsys.readouterr().out)
+    assert result["strategy_options"]["cap"] is None and result["iteration_time_s"] > 0
+
+
 def test_sweep_on_dask():
     distributed = pytest.importorskip("distributed")
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"

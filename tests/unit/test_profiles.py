@@ -94,16 +94,18 @@ def test_missing_table(tmp_path):
 
 @pytest.mark.parametrize("table, column, value", [
     ("gemm", "dtype", 16), ("gemm", "dtype", None), ("attention", "kernel", 7),
-    ("attention", "kernel", None)])
+    ("attention", "kernel", None), ("attention", "kernel", "torch_sdpa+context"),
+    ("attention", "kernel", "torch sdpa")])
 def test_a_name_column_holding_numbers_or_blanks(tmp_path, table, column, value):
-    """A dtype or kernel column of numbers or blanks names the column and the row (it was a
-    TypeError or an IndexError in the lookups)."""
+    """A dtype or kernel column of numbers, blanks or other than a word names the column and the
+    row (it was a TypeError or an IndexError in the lookups; a kernel named '...+context' hid
+    another kernel's context rows)."""
     frame = {"gemm": _gemm_frame, "attention": _attention_frame}[table]()
     directory = _write_profile(tmp_path / "p")
     frame[column] = value
     frame.to_csv(tmp_path / "p" / f"{table}.csv", index=False)
-    with pytest.raises(ProfileError, match=rf"table '{table}' column '{column}' must hold names, "
-                                           r"not numbers or blanks \(data row 1"):
+    with pytest.raises(ProfileError, match=rf"table '{table}' column '{column}' must hold names "
+                                           r"\(letters, .*\), not numbers or blanks \(data row 1"):
         Profile(directory)
 
 
@@ -120,6 +122,9 @@ def test_a_name_column_holding_numbers_or_blanks(tmp_path, table, column, value)
     ("optimizer", "model", None, "names"),
     ("elementwise", "num_tokens", 0.5, "whole numbers of at least 1"),  # numpy log warnings
     ("gemm", "time_s", 1e300, "positive numbers of seconds up to 3600"),
+    ("attention", "mask", "bogus_mask", "one of is_causal, .*cpu_flash_bottom_right or blank"),
+    ("attention", "causal", "maybe", "True or False"),  # read as False, silently
+    ("attention", "causal", 1, "True or False"),
 ])
 def test_the_optional_tables_columns_are_checked(tmp_path, table, column, value, rule):
     """Each of these edits of the CPU profile was a traceback, a warning from numpy, or a silently
@@ -138,6 +143,42 @@ def test_the_optional_tables_columns_are_checked(tmp_path, table, column, value,
                                            rf"table '{table}' has time_s values that are not {rule}"):
         Profile(directory)
         read_optional_rows(directory, table)
+
+
+def test_a_causal_attention_row_with_more_queries_than_keys(tmp_path):
+    # a (kernel, pass) group of only such rows was a ValueError in the lookup; one beside valid
+    # rows was dropped silently
+    directory = _write_profile(tmp_path / "p")
+    frame = _attention_frame()
+    frame.loc[0, "q_tokens"] = frame.loc[0, "kv_tokens"] * 2
+    frame.to_csv(tmp_path / "p" / "attention.csv", index=False)
+    with pytest.raises(ProfileError, match=r"q_tokens <= kv_tokens in its causal rows .*data row 1"):
+        Profile(directory)
+
+
+@pytest.mark.parametrize("default", ["fa9", 5, None, ""])
+def test_a_default_kernel_the_table_lacks(tmp_path, default):
+    # it fell back to the first kernel without a word
+    import json
+
+    directory = _write_profile(tmp_path / "p")
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    meta.setdefault("tables", {}).setdefault("attention", {})["default_kernel"] = default
+    (tmp_path / "p" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ProfileError, match=r"meta.json: tables.attention.default_kernel must name "
+                                           r"one of the kernels attention.csv holds \(default\)"):
+        Profile(directory)
+
+
+def test_a_row_with_fewer_fields_than_its_header(tmp_path):
+    directory = _write_profile(tmp_path / "p")
+    path = tmp_path / "p" / "gemm.csv"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 1)[0]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ProfileError, match=r"as many fields in every row as in its header \(some "
+                                           r"rows have fewer\)"):
+        Profile(directory)
 
 
 def test_an_attention_table_with_only_context_rows(tmp_path):

@@ -83,6 +83,9 @@ def test_override_uses_toml_syntax(tmp_path):
      r"workload\.fixed_length must be at most 2,147,483,648 tokens per sequence"),
     (BASE.replace("[parallel]\npp = 4", "").replace('name = "t"', 'name = "t"\nparallel = 3'),
      r"@ parallel must be a \[parallel\] table \(got 'int'\)"),
+    (BASE.replace('name = "t"', 'name = "a\\nb"'), r"@ name must be printable text on one line"),
+    (BASE.replace('name = "t"', 'name = "t"\ndescription = "x\\u0000"'),
+     r"@ description must be printable text on one line"),
 ])
 def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     path = _write(tmp_path, text)
@@ -91,6 +94,16 @@ def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     assert main(["simulate", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, command", [(["simulate", "s.toml", "extra"], "simulate"),
+                                           (["workload", "describe", "a", "b"], "workload"),
+                                           (["compare", "s.toml", "--strategies", "a", "--bogus"], "compare")])
+def test_unrecognized_arguments_are_named_by_their_command(capsys, argv, command):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ltsim {command}: error: unrecognized arguments: ")
+    assert f"see `ltsim {command} --help`" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_file_exit_code(capsys):

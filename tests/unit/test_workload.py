@@ -311,6 +311,21 @@ def test_a_parquet_length_column_of_dates_or_booleans(tmp_path: Path, values, dt
         load_dataset(str(path))
 
 
+@pytest.mark.parametrize("meta", [b'{"index_columns": ["SECRET"], "columns": []}',
+                                  b'{"index_columns": [], "columns": [{"name": "num_tokens", '
+                                  b'"field_name": "num_tokens", "pandas_type": "int64", '
+                                  b'"numpy_type": "weird", "metadata": null}]}'])
+def test_a_parquet_files_pandas_metadata_is_not_read(tmp_path: Path, meta) -> None:
+    # pandas rebuilt an index and dtypes from it: a KeyError quoting the file, a TypeError
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"num_tokens": [12, 34]}).replace_schema_metadata({b"pandas": meta}),
+                   path)
+    assert load_dataset(str(path)).num_tokens.tolist() == [12, 34]
+
+
 def test_a_large_csv_of_mixed_columns_reads_without_pandas_warnings(tmp_path: Path, capfd) -> None:
     """pandas' DtypeWarning (mixed types across its read chunks) quoted the file's header."""
     path = tmp_path / "l.csv"

@@ -100,6 +100,10 @@ def _check_file(body: str) -> str:
 _CASE = (f'[[case]]\nname = "c"\nbaseline = "{REPO}/scenarios/examples/chunkflow-fig2-baseline.toml"\n'
          f'candidate = "{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"\n')
 _GEMM = "m,n,k,dtype,time_s\n"
+_ATTENTION = (REPO / "profiles" / "cpu-ci" / "attention.csv").read_text()
+_META = (REPO / "profiles" / "cpu-ci" / "meta.json").read_text()
+
+
 
 CASES: tuple[Case, ...] = (
     # -- parallel degrees --------------------------------------------------------------------
@@ -433,6 +437,21 @@ CASES: tuple[Case, ...] = (
     Case("output path", f"validate {TINY} --profile /dev/null", "--profile"),
     Case("scenario file", "simulate {tmp}/empty-section.toml", '[""]',
          (("empty-section.toml", f'# {SECRET}\n[""]\n' + _scn()),)),
+    # -- found by a probe of 754 new inputs (2026-11-24, a fourth session) ------------------------------
+    *(Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", table,
+           (("p", Profile(((table, body),))),)) for table, body in (
+        ("attention.csv", _ATTENTION.replace(",cpu_flash_bottom_right,", ",bogus_mask,")),
+        ("attention.csv", _ATTENTION.replace(",True,", ",maybe,")),
+        ("attention.csv", _ATTENTION.replace(",torch_sdpa,cpu_flash_bottom_right,",
+                                             ",torch_sdpa+context,cpu_flash_bottom_right,")),
+        ("attention.csv", _ATTENTION + "128,16,8,4,32,True,fwd,1e-5,1e-2,30,fp32,torch_sdpa,"
+                                       "is_causal,measured\n"),
+        ("meta.json", _META.replace('"default_kernel": "torch_sdpa"',
+                                    '"default_kernel": "torch_sdpa_v2"')),
+        ("gemm.csv", _GEMM + "64,64,64\n"))),
+    Case("scenario file", f"simulate {QS} --set 'name=\"a\\nb\"'", "name"),
+    Case("command line", f"simulate {QS} extra", "extra"),
+    Case("command line", "workload describe lmsys-chat-1m extra", "extra"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
