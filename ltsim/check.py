@@ -90,6 +90,10 @@ def _case(i: int, item: dict[str, Any], source: str) -> Case:
         if key in item and (isinstance(value, bool) or not isinstance(
                 value, str if rule == _STR else (int, float))):
             raise ConfigError(f"{where}.{key}", rule, value, source=source)
+    if not item["name"].isprintable():  # printed in the check's table: one line
+        raise ConfigError(f"{where}.name", "printable text on one line (no newline, tab or "
+                          "control character)", item["name"], "write it on one line",
+                          source=source)
     for key in ("min_speedup", "expected_speedup", "tolerance"):
         value = item.get(key)
         if value is not None and not (math.isfinite(value) and value >= 0 and

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,15 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _file_arg(text: str) -> Path:
+    """An output file's path; one that ends in a slash names a folder (Path would drop the slash
+    and write a file of the folder's name)."""
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file name, not a folder (it ends "
+                                         "in a slash)")
+    return Path(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (exit 2) like every other bad input."""
 
@@ -48,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("simulate", help="predict one scenario")
     _scenario_args(p)
-    p.add_argument("--trace", type=Path, help="write a Chrome trace (Perfetto) of the first batch")
-    p.add_argument("--plot", type=Path, help="write a Gantt + memory PNG of the first batch")
+    p.add_argument("--trace", type=_file_arg, help="write a Chrome trace (Perfetto) of the first batch")
+    p.add_argument("--plot", type=_file_arg, help="write a Gantt + memory PNG of the first batch")
     p = sub.add_parser("compare", help="compare strategies on one scenario")
     _scenario_args(p)
     p.add_argument("--strategies", required=True,
@@ -60,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the scenario's strategy)")
     p.add_argument("--step", type=int, default=1024, help="length granularity in tokens")
     p.add_argument("--max-length", type=int, default=1 << 30, help="search no further")
-    p.add_argument("--plot", type=Path, help="write peak memory by term against length (PNG)")
+    p.add_argument("--plot", type=_file_arg, help="write peak memory by term against length (PNG)")
     p.add_argument("--workload", action="store_true",
                    help="search the cap (workload.max_length) of the scenario's own length "
                    "distribution instead of one sequence")
@@ -69,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a swept key and its values (repeatable)")
     p.add_argument("--executor", default="local", help="local | local:N | dask://HOST:PORT")
-    p.add_argument("--db", type=Path, help="SQLite results store (resumes an interrupted sweep)")
-    p.add_argument("--plot", type=Path, help="heatmap PNG over the first two grid keys (a line "
+    p.add_argument("--db", type=_file_arg, help="SQLite results store (resumes an interrupted sweep)")
+    p.add_argument("--plot", type=_file_arg, help="heatmap PNG over the first two grid keys (a line "
                    "chart with one key)")
     p.add_argument("--top", type=int, default=20, help="rows to print")
     p = sub.add_parser("profile", help="measure cost tables on this machine")
@@ -89,13 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = wsub.add_parser("describe", help="the papers' length table and a histogram")
     d.add_argument("dataset")
     d.add_argument("--max-length", type=int, default=0)
-    d.add_argument("--plot", type=Path)
+    d.add_argument("--plot", type=_file_arg)
     d.add_argument("--json", action="store_true")
     p = sub.add_parser("export", help="write the first batch's simulated schedule for a runtime")
     p.add_argument("scenario", help="scenario TOML file")
     p.add_argument("--format", required=True, help="torch-pipelining: the compute-only CSV that "
                    "torch.distributed.pipelining's _load_csv reads (DP replica 0)")
-    p.add_argument("--out", type=Path, required=True, help="file to write")
+    p.add_argument("--out", type=_file_arg, required=True, help="file to write")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value, TOML syntax (e.g. strategy.k=2)")
     return parser
@@ -167,6 +177,26 @@ def _print(data: Any, text: str, as_json: bool) -> None:
     print(to_json(data) if as_json else text)
 
 
+def _inputs(path: str, scenario: Any) -> tuple[Path, ...]:
+    """The files a command reads: the scenario file, its length file and its profile's tables
+    (an output path on one of them would overwrite it)."""
+    from ltsim.files import expand_user
+    from ltsim.profile_files import PROFILE_FILES
+    from ltsim.profiles import resolve_profile
+
+    out = [Path(path)]
+    if scenario.workload.dataset:
+        out.append(expand_user(scenario.workload.dataset))
+    if not scenario.cluster.device.is_unit:
+        try:
+            profile = resolve_profile(scenario.cluster.profile_dir)
+        except LtsimError:  # the run names a profile it cannot find; nothing to overwrite there
+            profile = None
+        if profile is not None:
+            out += [profile / name for name in PROFILE_FILES]
+    return tuple(out)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ltsim.report import format_result
     from ltsim.scenario import load_scenario
@@ -175,7 +205,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     check_output("--trace", args.trace)
     check_output("--plot", args.plot)
-    check_distinct({"--trace": args.trace, "--plot": args.plot}, (Path(args.scenario),))
+    check_distinct({"--trace": args.trace, "--plot": args.plot}, _inputs(args.scenario, scenario))
     sim = run(scenario, keep=bool(args.trace or args.plot),
               progress=batch_progress("simulate", scenario.strategy, time.perf_counter()))
     result = sim.result.to_dict()
@@ -269,7 +299,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
                               "drop it, or add --workload to scale the workload's lengths")
     base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
     check_output("--plot", args.plot)
-    check_distinct({"--plot": args.plot}, (Path(args.scenario),))
+    check_distinct({"--plot": args.plot}, _inputs(args.scenario, base))
     scenarios = [base]
     if args.strategies is not None:  # every strategy checked before the first search runs
         scenarios = [_rebuild({**base.raw, "strategy": {
@@ -340,7 +370,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
     check_output("--plot", args.plot)
     check_output("--db", args.db)
-    check_distinct({"--plot": args.plot, "--db": args.db}, (Path(args.scenario),))
+    check_distinct({"--plot": args.plot, "--db": args.db}, _inputs(args.scenario, scenario))
     _load_profile(scenario)
     store = SweepStore(args.db) if args.db else SweepStore()
     show = progress_bar(time.perf_counter())
@@ -525,9 +555,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ltsim.scenario import load_scenario
 
     exporter = get_format(args.format)  # a bad name fails before the simulation runs
+    scenario = load_scenario(args.scenario, args.set)
     check_output("--out", args.out)
-    check_distinct({"--out": args.out}, (Path(args.scenario),))
-    schedule = exporter(run(load_scenario(args.scenario, args.set)).plans[0])
+    check_distinct({"--out": args.out}, _inputs(args.scenario, scenario))
+    schedule = exporter(run(scenario).plans[0])
     written("--out", args.out, lambda: args.out.write_text(schedule.to_csv(), newline=""))
     print(f"{schedule.describe()}\nschedule written to {args.out}")
     return EXIT_OK

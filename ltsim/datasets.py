@@ -328,8 +328,11 @@ def _read_txt(path: str) -> Rows:
             continue
         if not _WHOLE.fullmatch(field):  # int() also takes 1_000 and other scripts' digits
             raise _not_integer(path, f"line {offset + i + 1}")
-        # held within int64: below 1 and too long are refused by their place, however far
-        rest.append(min(max(int(field), -1), MAX_SEQUENCE_TOKENS + 1))
+        # held within int64: below 1 and too long are refused by their place, however far (by
+        # its digits: int() refuses more than 4,300, leading zeros included)
+        negative, digits = field[0] == "-", field.lstrip("+-").lstrip("0") or "0"
+        value = MAX_SEQUENCE_TOKENS + 1 if len(digits) > 18 else int(digits)
+        rest.append(-1 if negative and value else min(value, MAX_SEQUENCE_TOKENS + 1))
     values = np.concatenate([head, np.array(rest, dtype=np.int64)]) if rest else head
     where = _line_of(text)
     long = np.flatnonzero(values > MAX_SEQUENCE_TOKENS)
@@ -401,7 +404,9 @@ def _unreadable(path: str, err: OSError) -> ConfigError:
 def _read_jsonl(path: str) -> Rows:
     """One JSON object per line with a ``num_tokens`` or ``length`` field."""
     values, numbers = [], []
-    for i, line in enumerate(_read_text(path).splitlines()):
+    # JSON Lines ends a line at "\n" alone (a "\r" before it is whitespace to JSON):
+    # splitlines() also splits at U+2028, U+0085 and others, which a JSON string may hold
+    for i, line in enumerate(_read_text(path).split("\n")):
         if not line.strip():
             continue
         try:
@@ -443,13 +448,18 @@ def _read_table(path: str) -> Rows:
         data = io.BytesIO(read_input(path))  # never pandas' own open: it could block
         with warnings.catch_warnings():  # pandas' warnings (DtypeWarning) quote the header
             warnings.simplefilter("ignore")
+            # a first row longer than the header: pandas made its leading fields an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
             frame = (_read_parquet(data) if path.lower().endswith(".parquet")
-                     else pd.read_csv(data, low_memory=False))
+                     else pd.read_csv(data, low_memory=False, index_col=False))
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
     except UnicodeDecodeError:
         raise ConfigError(KEY, "a UTF-8 text file", path,
                           "give a text file, or a .parquet table for binary data") from None
+    except pd.errors.ParserWarning:
+        raise ConfigError(KEY, "a table with as many fields in every row as in its header", path,
+                          "check the file format", context="a row has more") from None
     except pd.errors.ParserError as err:  # "Expected 1 fields in line 3, saw 2": places, no content
         raise ConfigError(KEY, "a readable table", path, "check the file format",
                           context=str(err).replace("Error tokenizing data. C error: ", "")) from None

@@ -158,9 +158,18 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
 
 
 def _usable(row: dict[str, Any]) -> bool:
-    """A stored row as _evaluate writes it: an error, or every metric (a row edited by hand
-    otherwise is simulated again and replaced)."""
-    return "error" in row or all(k in row for k in METRICS)
+    """A stored row as evaluate_point writes it: an error (text, not fitting), or every metric, a
+    number each and ``fits`` a bool (a row edited by hand otherwise is simulated again and
+    replaced)."""
+    if "error" in row:
+        return isinstance(row["error"], str) and row.get("fits") is False
+    return (all(_number(row.get(k)) for k in METRICS if k not in ("fits", "mfu"))
+            and (row.get("mfu", 0) is None or _number(row.get("mfu", 0)))  # None: unit costs
+            and isinstance(row.get("fits"), bool) and _number(row.get("warnings", 0)))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _point_inputs(scenario: Scenario, points: list[dict[str, Any]]) -> dict[str, str]:
@@ -316,7 +325,9 @@ def _evaluate_dask(address: str, scenario: Scenario, todo: list[dict[str, Any]])
 def _unreachable(address: str) -> str:
     """For an address over TCP (plain, tcp://, tls://, ws://, wss://), why a connection does not
     open within 3 s ("" when it does): a refused or unroutable scheduler fails at once instead
-    of after Dask's 30 s connect timeout."""
+    of after Dask's 30 s connect timeout. Over plain TCP a Dask scheduler speaks first (its
+    handshake, at once): a server that stays silent 3 s is something else (an HTTP server waits
+    for a request, and Dask's client then waited for it without end)."""
     scheme, _, rest = address.rpartition("://")
     if scheme not in ("", "tcp", "tls", "ws", "wss"):
         return ""  # another transport (inproc, ucx): Client decides
@@ -324,9 +335,19 @@ def _unreachable(address: str) -> str:
     if not (port.isascii() and port.isdigit() and int(port) <= 65535):
         return "no port number (0-65535) after the host"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=3)
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    with conn:
+        if scheme not in ("", "tcp"):
+            return ""
+        try:
+            if not conn.recv(1):
+                return "the server closed the connection without a word (not a Dask scheduler)"
+        except TimeoutError:
+            return "no reply within 3 s (not a Dask scheduler, which greets a client at once)"
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
     return ""
 
 

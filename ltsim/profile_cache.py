@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ltsim.files import expand_user, read_input
+from ltsim.profile_files import MAX_TABLE_BYTES, PROFILE_FILES
 
 T = TypeVar("T")
 
@@ -76,10 +77,12 @@ def _digest(directory: Path, kernel: str) -> str | None:
     try:
         for name in _SOURCES:
             h.update((here / name).read_bytes())  # ltsim's own source
-        for path in [directory / "meta.json", *sorted(directory.glob("*.csv"))]:
-            h.update(f"|{path.name}|".encode())
+        for name in PROFILE_FILES:  # what the parse reads, no other file of the folder
+            path = directory / name
+            h.update(f"|{name}|".encode())
             if path.is_file():  # not a folder, a FIFO or a device of that name
-                h.update(read_input(path))
+                data = read_input(path, MAX_TABLE_BYTES)  # a larger one: the parse refuses it
+                h.update(data if len(data) <= MAX_TABLE_BYTES else b"too large")
     except OSError:
         return None
     return h.hexdigest()

@@ -65,6 +65,10 @@ TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "dtype"),
 }
 METHODS = ("measured", "published", "analytic")
+# the files a profile is read from (the cache and a sweep's store key on these alone), and the
+# most bytes one may hold: the largest shipped table is 0.9 MB
+PROFILE_FILES = ("meta.json", *(f"{table}.csv" for table in TABLE_COLUMNS))
+MAX_TABLE_BYTES = 64 * 2**20
 # a name in a TEXT_COLUMNS cell: a word of letters, digits, '_', '.' and '-' (an attention kernel
 # may not hold '+': profiles.CONTEXT_SUFFIX marks a kernel's rows with context)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -110,7 +114,11 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            "directory written by `ltsim profile` or a script under profiles/")
     fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
-        data = json.loads(read_input(path).decode("utf-8"))
+        text = read_input(path, MAX_TABLE_BYTES)
+        if len(text) > MAX_TABLE_BYTES:
+            raise ProfileError(f"{path}: meta.json must be at most {MAX_TABLE_BYTES // 2**20} MiB. "
+                               f"{fix}")
+        data = json.loads(text.decode("utf-8"))
         meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
@@ -204,7 +212,11 @@ def read_rows(directory: str | Path, name: str) -> Table:
                            f"profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
-        text = read_input(path).decode("utf-8")
+        raw = read_input(path, MAX_TABLE_BYTES)
+        if len(raw) > MAX_TABLE_BYTES:
+            raise ProfileError(f"{path}: table '{name}' must be at most "
+                               f"{MAX_TABLE_BYTES // 2**20} MiB of CSV. {fix}")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
     except OSError as exc:

@@ -47,7 +47,10 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
-    for index, batch in enumerate(workload.sample(scenario.seed)):
+    batches = list(workload.sample(scenario.seed))
+    for batch in batches[1:]:  # a batch too large to plan fails now, not after progress lines
+        strategy.check(batch, ctx, options)
+    for index, batch in enumerate(batches):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
             plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
             trace = engine.run(plan)
@@ -91,7 +94,9 @@ def first_plan(scenario: Scenario, cost: CostModel | None = None) -> Plan:
     """The plan of the scenario's first global batch (raises what planning raises): run it
     before simulating several scenarios, so that one that cannot be planned fails first."""
     strategy, options, ctx, workload, _ = _planning(scenario, cost or make_cost_model(scenario))
-    batch = next(iter(workload.sample(scenario.seed)))
+    batch, *later = workload.sample(scenario.seed)
+    for other in later:  # and the later batches' size checks (Strategy.check)
+        strategy.check(other, ctx, options)
     with paused():
         return strategy.plan(batch, ctx, options)
 

@@ -51,15 +51,27 @@ def input_digest(raw: dict[str, Any], source: str = "") -> str:
     """
     from ltsim.scenario import resolve_dataset
 
+    from ltsim.datasets import MAX_LENGTH_FILE_BYTES
+    from ltsim.profile_files import MAX_TABLE_BYTES, PROFILE_FILES
+
     parts = [_ltsim_digest()]
     dataset = raw.get("workload", {}).get("dataset")
     if isinstance(dataset, str) and dataset:
         path = expand_user(resolve_dataset(dataset, source))
-        parts.append(_file_digest(*_stat_key(path)) if path.is_file() else f"name:{dataset}")
+        parts.append(_sized_digest(path, MAX_LENGTH_FILE_BYTES) if path.is_file()
+                     else f"name:{dataset}")
     profile = _profile_dir(raw.get("hardware", {}))
-    if profile is not None:
-        parts.append(_tree_digest(profile))
+    if profile is not None:  # the files a profile is read from, not the whole folder
+        parts += [f"{name}={_sized_digest(profile / name, MAX_TABLE_BYTES)}"
+                  for name in PROFILE_FILES if (profile / name).is_file()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _sized_digest(path: Path, limit: int) -> str:
+    """A file's digest, or, past the size its reader takes (the point then fails on it), its
+    size: a huge file is never read for a key."""
+    key = _stat_key(path)
+    return f"size:{key[2]}" if key[2] > limit else _file_digest(*key)
 
 
 def _profile_dir(hardware: dict[str, Any]) -> Path | None:
@@ -108,6 +120,13 @@ def _ltsim_digest() -> str:
     return "ltsim " + _tree_digest(Path(__file__).resolve().parent, "*.py")
 
 
+def _reason(exc: Exception) -> str:
+    """Why SQLite or the system refused, by its error name (SQLITE_READONLY, SQLITE_BUSY, ...):
+    not the message, which a trigger of the file's own writes (RAISE(ABORT, '...'))."""
+    return (getattr(exc, "strerror", None) or getattr(exc, "sqlite_errorname", None)
+            or type(exc).__name__)
+
+
 class SweepStore:
     """Results keyed by scenario and point; ``path=None`` keeps them in memory.
 
@@ -140,9 +159,17 @@ class SweepStore:
             if "inputs" not in columns:  # a store from before input digests: every row is stale
                 self._conn.execute("ALTER TABLE results ADD COLUMN inputs TEXT NOT NULL DEFAULT ''")
             self._conn.commit()
+            # a row written and rolled back: a read-only file, a lock held by another process,
+            # or another program's constraints and triggers refuse it now, not after the points
+            # the store holds were read
+            self._conn.execute("SAVEPOINT probe")
+            self._conn.execute("INSERT OR REPLACE INTO results (scenario, point, result, inputs) "
+                               "VALUES ('', '', '{}', '')")
+            self._conn.execute("ROLLBACK TO probe")
+            self._conn.execute("RELEASE probe")
         except (sqlite3.Error, OSError) as exc:
             raise ConfigError("--db", "a SQLite file ltsim can open and write", str(path), fix,
-                              context=getattr(exc, "strerror", None) or str(exc)) from None
+                              context=_reason(exc)) from None
 
     def done(self, scenario: str) -> dict[str, dict[str, Any]]:
         """Finished points of a scenario: point key -> result row (whatever their inputs)."""
@@ -160,7 +187,7 @@ class SweepStore:
         except sqlite3.Error as exc:
             raise ConfigError("--db", "a SQLite file ltsim can read", self.path, "give a new file "
                               "name (e.g. --db sweep.sqlite); this one is damaged",
-                              context=str(exc)) from None
+                              context=_reason(exc)) from None
         out = {}
         for point, inputs, result in rows:
             try:
@@ -173,11 +200,18 @@ class SweepStore:
 
     def put(self, scenario: str, overrides: dict[str, Any], result: dict[str, Any],
             inputs: str = "") -> None:
-        """Record one finished point (committed at once)."""
-        self._conn.execute(
-            "INSERT OR REPLACE INTO results (scenario, point, result, inputs) VALUES (?, ?, ?, ?)",
-            (scenario, point_key(overrides), json.dumps(result, default=str), inputs))
-        self._conn.commit()
+        """Record one finished point (committed at once). Raises ConfigError when the store takes
+        no writes (read-only, locked by another process past SQLite's 5 s wait, or a results
+        table or trigger of another program's that refuses the row)."""
+        try:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO results (scenario, point, result, inputs) VALUES (?, ?, ?, ?)",
+                (scenario, point_key(overrides), json.dumps(result, default=str), inputs))
+            self._conn.commit()
+        except sqlite3.Error as exc:
+            raise ConfigError("--db", "a SQLite file ltsim can write", self.path, "give a new file "
+                              "name (e.g. --db sweep.sqlite), or wait for the process that holds "
+                              "this one", context=_reason(exc)) from None
 
     def close(self) -> None:
         self._conn.close()

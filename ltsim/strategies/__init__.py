@@ -2,8 +2,10 @@
 
 A strategy is a module with ``NAME``, a frozen ``Options`` dataclass and
 ``plan(batch, ctx, options) -> Plan``, and optionally ``BATCHING``: the workload batching its
-global batches are sampled with (LongAlign's sorted groups). It never talks to the engine or to
-torch.
+global batches are sampled with (LongAlign's sorted groups), and ``check_batch(batch, ctx,
+options)``: the size check its ``plan`` makes first, which a run makes for every batch before it
+plans any (a batch too large to plan fails before the progress lines of earlier ones). It never
+talks to the engine or to torch.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ class Strategy:
     options_type: type
     plan_fn: Callable[[tuple[int, ...], PlanContext, Any], Plan]
     batching: str | None = None  # the workload batching this strategy needs, if any
+    check_fn: Callable[[tuple[int, ...], PlanContext, Any], None] | None = None
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)
+
+    def check(self, batch: tuple[int, ...], ctx: PlanContext, options: Any) -> None:
+        """Raise ConfigError for a batch too large to plan (what ``plan`` checks first)."""
+        if self.check_fn is not None:
+            self.check_fn(tuple(batch), ctx, options)
 
     def plan(self, batch: tuple[int, ...], ctx: PlanContext, options: Any) -> Plan:
         with paused():  # plans are many small acyclic objects (ltsim/gcpause.py)
@@ -36,7 +44,8 @@ class Strategy:
 
 
 def _entry(module: ModuleType) -> Strategy:
-    return Strategy(module.NAME, module.Options, module.plan, getattr(module, "BATCHING", None))
+    return Strategy(module.NAME, module.Options, module.plan, getattr(module, "BATCHING", None),
+                    getattr(module, "check_batch", None))
 
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (

@@ -116,11 +116,16 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, grid: L
                     chunks=tuple(chunks), devices=devices, orders=orders)
 
 
-def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
-    # each layer of each sequence is its own ops (HF checkpointing, layer by layer)
+def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> None:
+    """Raise ConfigError for a batch of more than MAX_CHUNKS layer steps: each layer of each
+    sequence is its own ops (HF checkpointing, layer by layer)."""
     check_chunk_count(len(batch) * ctx.model.num_layers, "model.num_layers", ctx.model.num_layers,
                       what="layer steps (sequences x layers)",
                       fix="use fewer layers, or fewer sequences per global batch")
+
+
+def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    check_batch(batch, ctx, options)
     passes = DEFAULT_PASSES
     if options.offload_checkpoints:
         passes += (offload(("ckpt",), sync=not options.offload_async),)

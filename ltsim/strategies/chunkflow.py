@@ -134,11 +134,17 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
     return fwd, bwd
 
 
+def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> None:
+    """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (at least a chunk per
+    chunk_size tokens of each sequence)."""
+    size = options.chunk_size
+    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size)
+
+
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     keep = keep_policy(ctx.parallel.recompute)
-    size = options.chunk_size  # the whole batch's chunks at least, before any replica is built
-    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size)
+    check_batch(batch, ctx, options)  # the whole batch, before any replica is built
     chunks: list[Chunk] = []
     replicas = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):

@@ -24,6 +24,7 @@ SeCO's re-forward is its checkpoint, and layer checkpointing inside it is not th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
@@ -51,6 +52,13 @@ def check_recompute(ctx: PlanContext, name: str) -> Keep:
         raise ConfigError("parallel.recompute", f'"none" or "selective" for {name} (its re-forward '
                           "is the checkpoint)", "full", 'set parallel.recompute = "selective"')
     return keep_policy(ctx.parallel.recompute)
+
+
+def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Any) -> None:
+    """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (SeCO's and SpaCO's:
+    their options' chunk_size)."""
+    check_chunk_count(sum(-(-n // options.chunk_size) for n in batch), "strategy.chunk_size",
+                      options.chunk_size)
 
 
 def sequence_chunks(batch: tuple[int, ...], ctx: PlanContext, chunk_size: int

@@ -68,14 +68,19 @@ def segments(seq: int, length: int, options: Options, costs: epp.StageCosts) -> 
     return tuple(out)
 
 
-def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
-    keep = uncheckpointed_keep(ctx, NAME, options.checkpointing)
+def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> None:
+    """Raise ConfigError for a batch cut into more than MAX_CHUNKS pieces (before any planning)."""
     if options.variant == "enhanced":  # at least a chunk per chunk_size tokens
         check_chunk_count(-(-sum(batch) // options.chunk_size), "strategy.chunk_size",
                           options.chunk_size)
     else:  # a segment per split of every sequence (at most its tokens)
         check_chunk_count(sum(min(options.num_splits, n) for n in batch), "strategy.num_splits",
                           options.num_splits)
+
+
+def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
+    keep = uncheckpointed_keep(ctx, NAME, options.checkpointing)
+    check_batch(batch, ctx, options)
 
     def make_units(costs: epp.StageCosts, capacity: int, lengths: dict[int, int], n: int
                    ) -> list[Unit]:

@@ -36,7 +36,9 @@ from ltsim.plan import Plan
 from ltsim.strategies.base import PlanContext, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.schedule import Layout
-from ltsim.strategies.seco import chunked_schedule
+
+__all__ = ["NAME", "Options", "check_batch", "plan"]
+from ltsim.strategies.seco import check_batch, chunked_schedule
 
 NAME = "spaco"
 COMPENSATIONS = ("paper", "none")

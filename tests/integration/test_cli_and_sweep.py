@@ -144,11 +144,20 @@ def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     assert [row[4] == "-" for row in table] == [row[-3] == "NO" for row in table]  # "46.000 s"
 
 
-@pytest.mark.parametrize("stored", ["[1, 2]", "null", "7", "not json", "{}"])
+@pytest.mark.parametrize("stored", ["[1, 2]", "null", "7", "not json", "{}",
+                                    "json_set(result, '$.iteration_time_s', 'x')",
+                                    "json_set(result, '$.fits', 'yes')",
+                                    "json_object('error', 5, 'fits', json('false'))"])
 def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored):
     """A results row that is not a result (a store edited or damaged by hand) is simulated again
-    and replaced; it was an AttributeError after "2 of 2 points read"."""
+    and replaced; it was an AttributeError after "2 of 2 points read", and a metric of the wrong
+    type a TypeError in the table."""
     import sqlite3
+
+    if stored.startswith("json"):  # an SQL expression over the stored row
+        stored = sqlite3.connect(":memory:").execute(
+            f"SELECT {stored} FROM (SELECT ? AS result)",
+            ('{"iteration_time_s": 1.0, "fits": true}',)).fetchone()[0]
 
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     db = tmp_path / "s.sqlite"
@@ -175,6 +184,24 @@ def test_a_damaged_store_is_bad_input(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "'--db' must be a SQLite file ltsim can" in err and "Traceback" not in err
+
+
+def test_a_store_that_refuses_writes_is_bad_input(tmp_path, capsys):
+    # a trigger of the file's own (or a read-only file, a lock held past SQLite's wait) refused
+    # the row: an IntegrityError traceback that printed the trigger's text
+    import sqlite3
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db)]) == 0
+    with sqlite3.connect(db) as connection:
+        connection.execute("CREATE TRIGGER t BEFORE INSERT ON results "
+                           "BEGIN SELECT RAISE(ABORT, 'SECRET-text'); END")
+    capsys.readouterr()
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2,3", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "'--db' must be a SQLite file ltsim can open and write" in err and "SQLITE_CONSTRAINT" in err
+    assert "SECRET" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_sweep_bad_point_is_a_row_not_a_crash(capsys):
@@ -439,3 +466,62 @@ def test_maxlen_checks_every_strategy_before_any_search_prints(capsys, monkeypat
     assert main(["maxlen", str(scenario), "--strategies", "megatron-1f1b,alst"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "offload_checkpoints" in err[0]
+
+
+def test_a_silent_server_is_not_a_dask_scheduler(capsys):
+    # an HTTP server (it waits for a request) left Dask's client waiting without end
+    import socket
+    import threading
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        accepted = []
+        threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+        port = server.getsockname()[1]
+        example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+        assert main(["sweep", str(example), "--grid", "strategy.k=1,2",
+                     "--executor", f"dask://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert "no reply within 3 s (not a Dask scheduler" in err and len(err.splitlines()) == 1
+
+
+def test_an_output_never_overwrites_the_length_file(tmp_path, capsys):
+    # only the scenario file was protected: export --out replaced the lengths with a schedule
+    (tmp_path / "l.txt").write_text("4\n4\n4\n4\n")
+    text = (REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml").read_text()
+    (tmp_path / "s.toml").write_text(text.replace("lengths = [4, 2, 1, 1]",
+                                                  'dataset = "l.txt"\nglobal_batch_size = 4'))
+    for argv in (["export", str(tmp_path / "s.toml"), "--format", "torch-pipelining", "--out"],
+                 ["simulate", str(tmp_path / "s.toml"), "--trace"]):
+        assert main([*argv, str(tmp_path / "l.txt")]) == 2
+        assert "must be a file other than the command's input" in capsys.readouterr().err
+    assert (tmp_path / "l.txt").read_text() == "4\n4\n4\n4\n"
+    with pytest.raises(SystemExit, match="2"):  # a folder's name: it wrote a file called new
+        main(["export", str(tmp_path / "s.toml"), "--format", "torch-pipelining", "--out",
+              f"{tmp_path}/new/"])
+    assert "must be a file name, not a folder" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_later_batch_too_large_to_plan_fails_before_any_is_planned(monkeypatch):
+    # it failed after the progress lines of the batches before it (10 s); now every batch's
+    # size check (Strategy.check) runs before the first plan
+    from ltsim.errors import ConfigError
+    from ltsim.runner import first_plan, run
+    import dataclasses
+
+    from ltsim.strategies import REGISTRY, get_strategy
+    from ltsim.workload import Workload
+
+    scenario = load_scenario(REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml")
+    monkeypatch.setattr(Workload, "sample", lambda self, seed: iter([(4, 4), (40_000, 4)]))
+    strategy = get_strategy(scenario.strategy)
+    planned = []
+    real = strategy.plan_fn
+    monkeypatch.setitem(REGISTRY, strategy.name, dataclasses.replace(
+        strategy, plan_fn=lambda *a: planned.append(1) or real(*a)))
+    for call in (run, first_plan):  # the second batch: 20,002 chunks of 2 tokens
+        with pytest.raises(ConfigError, match="at most 16,384 chunks"):
+            call(scenario)
+    assert planned == []

@@ -421,3 +421,28 @@ def test_monotone_attention_lifts_each_row_to_the_largest_time_it_dominates():
         expected = [(*row[:7], max(r[7] for r in rows if r[:5] == row[:5] and r[5] <= row[5]
                                    and r[6] <= row[6])) for row in rows]
         assert sorted(_monotone_attention(rows)) == sorted(expected)
+
+
+def test_only_the_profiles_own_files_are_read_and_each_at_most_64_mib(tmp_path, monkeypatch):
+    # the cache's key read every *.csv of the folder whole (a 200 GB stray file: the OOM killer),
+    # and a sweep's store key every file under it (a profile of / took minutes)
+    import shutil
+
+    import ltsim.profile_cache as cache
+    from ltsim.profile_files import MAX_TABLE_BYTES, PROFILE_FILES
+    from ltsim.sweepstore import _sized_digest
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    with open(directory / "zzz.csv", "wb") as stray:
+        stray.truncate(2 * MAX_TABLE_BYTES)  # sparse: no disk used
+    read = []
+    real = cache.read_input
+    monkeypatch.setattr(cache, "read_input", lambda path, *a: read.append(path.name) or real(path, *a))
+    assert cache._digest(directory, "") is not None
+    assert "zzz.csv" not in read and set(read) <= set(PROFILE_FILES)
+    assert _sized_digest(directory / "zzz.csv", MAX_TABLE_BYTES) == f"size:{2 * MAX_TABLE_BYTES}"
+    with open(directory / "gemm.csv", "r+b") as table:
+        table.truncate(MAX_TABLE_BYTES + 1)
+    with pytest.raises(ProfileError, match=r"gemm.csv: table 'gemm' must be at most 64 MiB"):
+        Profile(directory)

@@ -455,3 +455,33 @@ def test_a_length_file_error_never_quotes_the_file(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             load_dataset(str(path))
         assert secret not in str(info.value) and name in str(info.value)
+
+
+@pytest.mark.parametrize("line, rule", [("0" * 5000 + "7", None),  # leading zeros: 7
+                                        ("-" + "9" * 4301, "positive lengths"),
+                                        ("9" * 5000, "at most 2,147,483,648 tokens")])
+def test_a_txt_length_of_thousands_of_digits(tmp_path: Path, line, rule) -> None:
+    # int() refuses more than 4,300 digits: it was a ValueError traceback
+    path = tmp_path / "l.txt"
+    path.write_text(f"100\n{line}\n")
+    if rule is None:
+        assert load_dataset(str(path)).num_tokens.tolist() == [100, 7]
+    else:
+        with pytest.raises(ConfigError, match=rf"{rule}.*line 2"):
+            load_dataset(str(path))
+
+
+def test_a_csv_whose_first_row_is_longer_than_its_header(tmp_path: Path) -> None:
+    # pandas made the extra leading fields an index: one sequence of 300 tokens, exit 0
+    path = tmp_path / "l.csv"
+    path.write_text("num_tokens\n100,200,300\n")
+    with pytest.raises(ConfigError, match="as many fields in every row as in its header"):
+        load_dataset(str(path))
+
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    # splitlines() cut a line inside a JSON string at U+2028 or U+0085
+    path = tmp_path / "l.jsonl"
+    path.write_text('{"num_tokens": 100, "t": "a\u2028b\u0085c"}\n{"num_tokens": 50}\r\n',
+                    encoding="utf-8")
+    assert load_dataset(str(path)).num_tokens.tolist() == [100, 50]

@@ -452,6 +452,23 @@ CASES: tuple[Case, ...] = (
     Case("scenario file", f"simulate {QS} --set 'name=\"a\\nb\"'", "name"),
     Case("command line", f"simulate {QS} extra", "extra"),
     Case("command line", "workload describe lmsys-chat-1m extra", "extra"),
+    # -- found by a probe of 725 new inputs (2026-11-24, the same session) -------------------------------
+    Case("length file", "workload describe {tmp}/l.txt", "l.txt", (("l.txt", "100\n" + "9" * 5000 + "\n"),)),
+    Case("length file", "workload describe {tmp}/l.csv", "l.csv",
+         (("l.csv", "num_tokens\n100,200,300\n"),)),
+    Case("output path", "export {tmp}/s.toml --format torch-pipelining --out {tmp}/l.txt", "--out",
+         (("s.toml", (REPO / FIG6).read_text().replace(
+             "lengths = [4, 2, 1, 1]", f'dataset = "l.txt"\nglobal_batch_size = 4\n# {SECRET}')),
+          ("l.txt", "4\n4\n4\n4\n"))),
+    Case("output path", f"export {FIG6} --format torch-pipelining --out {{tmp}}/new/", "--out"),
+    Case("ltsim check", "check {tmp}/r.toml", "case[0].name",
+         (("r.toml", _check_file(_CASE.replace('name = "c"', 'name = "c\\u001b[2J"'))),)),
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db {{tmp}}/t.sqlite", "--db",
+         (("t.sqlite", SQLiteFile(
+             "CREATE TABLE results (scenario TEXT NOT NULL, point TEXT NOT NULL, result TEXT NOT "
+             "NULL, created_s REAL, inputs TEXT NOT NULL DEFAULT '', PRIMARY KEY (scenario, "
+             f"point)); CREATE TRIGGER t BEFORE INSERT ON results BEGIN SELECT RAISE(ABORT, "
+             f"'{SECRET}'); END;")),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -490,7 +507,7 @@ def prepare(case: Case, tmp: Path) -> list[str]:
             import sqlite3
 
             with contextlib.closing(sqlite3.connect(path)) as db:
-                db.execute(spec.sql)
+                db.executescript(spec.sql)
                 db.commit()
         elif isinstance(spec, bytes):
             path.write_bytes(spec)
