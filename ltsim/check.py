@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltsim.errors import ConfigError, unusable_path
+from ltsim.errors import ConfigError, check_one_line, unusable_path
 from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
 from ltsim.sim.metrics import speedup as throughput_speedup
 
@@ -90,10 +90,7 @@ def _case(i: int, item: dict[str, Any], source: str) -> Case:
         if key in item and (isinstance(value, bool) or not isinstance(
                 value, str if rule == _STR else (int, float))):
             raise ConfigError(f"{where}.{key}", rule, value, source=source)
-    if not item["name"].isprintable():  # printed in the check's table: one line
-        raise ConfigError(f"{where}.name", "printable text on one line (no newline, tab or "
-                          "control character)", item["name"], "write it on one line",
-                          source=source)
+    check_one_line(f"{where}.name", item["name"], source=source)  # printed in the check's table
     for key in ("min_speedup", "expected_speedup", "tolerance"):
         value = item.get(key)
         if value is not None and not (math.isfinite(value) and value >= 0 and

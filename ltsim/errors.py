@@ -50,6 +50,14 @@ def unusable_path(key: str, path: object, exc: OSError, *, source: str = "") -> 
                        context=exc.strerror or type(exc).__name__)
 
 
+def check_one_line(key: str, value: str, *, source: str = "") -> None:
+    """Raise ConfigError unless ``value`` (a name a table or report prints) is printable text on
+    one line."""
+    if not value.isprintable():
+        raise ConfigError(key, "printable text on one line (no newline, tab or control "
+                          "character)", value, "write it on one line", source=source)
+
+
 _MAX_SHOWN = 200  # characters of a value quoted in a message
 
 

@@ -32,10 +32,11 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
 }
 # columns every row must fill with one of a few words
-# how a row applied the causal mask (ltsim/profiler/attention.py; profiles.CONTEXT_MASKS are the
-# context-only ones); blank for published rows
-ATTENTION_MASKS = ("is_causal", "causal_bottom_right", "bool_bottom_right", "causal_lower_right",
-                   "cpu_flash_bottom_right", None)
+# how a row applied the causal mask (ltsim/profiler/attention.py); blank for published rows.
+# CONTEXT_MASKS: paths only queries with context take (a boolean mask; torch's lower-right causal
+# bias; the CPU flash kernel with a bottom-right mask), a kernel of their own (profiles.py)
+CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
+ATTENTION_MASKS = ("is_causal", "causal_bottom_right", *CONTEXT_MASKS, None)
 CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
     "attention": {"pass": ("fwd", "bwd"), "mask": ATTENTION_MASKS},
     "gemm_bwd": {"pass": ("dgrad", "wgrad")},
@@ -106,6 +107,14 @@ def _read_fix(exc: OSError) -> str:
     return "Fix: check its permissions"
 
 
+def _read_bounded(path: Path, what: str, fix: str) -> bytes:
+    """A profile file's bytes; ProfileError past MAX_TABLE_BYTES (never read further)."""
+    data = read_input(path, MAX_TABLE_BYTES)
+    if len(data) > MAX_TABLE_BYTES:
+        raise ProfileError(f"{path}: {what} must be at most {MAX_TABLE_BYTES // 2**20} MiB. {fix}")
+    return data
+
+
 def read_meta(directory: str | Path) -> ProfileMeta:
     """Read meta.json; raises ProfileError when it is missing or malformed."""
     path = Path(directory) / "meta.json"
@@ -114,11 +123,7 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            "directory written by `ltsim profile` or a script under profiles/")
     fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
-        text = read_input(path, MAX_TABLE_BYTES)
-        if len(text) > MAX_TABLE_BYTES:
-            raise ProfileError(f"{path}: meta.json must be at most {MAX_TABLE_BYTES // 2**20} MiB. "
-                               f"{fix}")
-        data = json.loads(text.decode("utf-8"))
+        data = json.loads(_read_bounded(path, "meta.json", fix).decode("utf-8"))
         meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
@@ -212,11 +217,7 @@ def read_rows(directory: str | Path, name: str) -> Table:
                            f"profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
-        raw = read_input(path, MAX_TABLE_BYTES)
-        if len(raw) > MAX_TABLE_BYTES:
-            raise ProfileError(f"{path}: table '{name}' must be at most "
-                               f"{MAX_TABLE_BYTES // 2**20} MiB of CSV. {fix}")
-        text = raw.decode("utf-8")
+        text = _read_bounded(path, f"table '{name}'", fix).decode("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
     except OSError as exc:

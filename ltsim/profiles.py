@@ -47,8 +47,7 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # kernel from the is_causal rows on the diagonal; they are looked up as kernel
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
-CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
-from ltsim.profile_files import (METHODS, TABLE_COLUMNS, ProfileMeta, Table,
+from ltsim.profile_files import (CONTEXT_MASKS, METHODS, TABLE_COLUMNS, ProfileMeta, Table,
                                  check_table, read_meta, read_optional_rows, read_rows, read_table,
                                  write_meta, write_table)
 

@@ -47,9 +47,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     engine = Engine(cost)
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
-    batches = list(workload.sample(scenario.seed))
-    for batch in batches[1:]:  # a batch too large to plan fails now, not after progress lines
-        strategy.check(batch, ctx, options)
+    batches = _checked_batches(strategy, workload, scenario.seed, ctx, options)
     for index, batch in enumerate(batches):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
             plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
@@ -90,13 +88,21 @@ def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContex
     return strategy, strategy.parse(scenario.strategy_options), ctx, workload, notes
 
 
+def _checked_batches(strategy, workload, seed: int, ctx: PlanContext, options: Any) -> list:
+    """The sampled global batches, each past the strategy's size check (Strategy.check) before
+    the first is planned: a batch too large to plan fails now, not after progress lines (the
+    first is checked by its plan)."""
+    batches = list(workload.sample(seed))
+    for batch in batches[1:]:
+        strategy.check(batch, ctx, options)
+    return batches
+
+
 def first_plan(scenario: Scenario, cost: CostModel | None = None) -> Plan:
     """The plan of the scenario's first global batch (raises what planning raises): run it
     before simulating several scenarios, so that one that cannot be planned fails first."""
     strategy, options, ctx, workload, _ = _planning(scenario, cost or make_cost_model(scenario))
-    batch, *later = workload.sample(scenario.seed)
-    for other in later:  # and the later batches' size checks (Strategy.check)
-        strategy.check(other, ctx, options)
+    batch = _checked_batches(strategy, workload, scenario.seed, ctx, options)[0]
     with paused():
         return strategy.plan(batch, ctx, options)
 

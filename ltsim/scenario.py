@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD
@@ -286,10 +286,9 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
     if not raw["name"].strip():
         raise ConfigError("name", "a non-empty string naming the scenario", raw["name"],
                           'e.g. name = "llama-8b-64k"')
-    for key in ("name", "description"):  # printed in tables and reports: one line each
-        if key in raw and not raw[key].isprintable():
-            raise ConfigError(key, "printable text on one line (no newline, tab or control "
-                              "character)", raw[key], "write it on one line")
+    for key in ("name", "description"):  # printed in tables and reports
+        if key in raw:
+            check_one_line(key, raw[key])
     strategy = dict(raw.get("strategy", {}))
     if "name" not in strategy:
         raise ConfigError("strategy.name", "given", None, 'add [strategy] name = "megatron-1f1b"')

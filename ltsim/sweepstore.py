@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS results (
 )
 """
 _COLUMNS = {"scenario", "point", "result"}
+_INSERT = "INSERT OR REPLACE INTO results (scenario, point, result, inputs) VALUES (?, ?, ?, ?)"
 
 
 def fingerprint(raw: dict[str, Any]) -> str:
@@ -163,8 +164,7 @@ class SweepStore:
             # or another program's constraints and triggers refuse it now, not after the points
             # the store holds were read
             self._conn.execute("SAVEPOINT probe")
-            self._conn.execute("INSERT OR REPLACE INTO results (scenario, point, result, inputs) "
-                               "VALUES ('', '', '{}', '')")
+            self._conn.execute(_INSERT, ("", "", "{}", ""))
             self._conn.execute("ROLLBACK TO probe")
             self._conn.execute("RELEASE probe")
         except (sqlite3.Error, OSError) as exc:
@@ -204,9 +204,8 @@ class SweepStore:
         no writes (read-only, locked by another process past SQLite's 5 s wait, or a results
         table or trigger of another program's that refuses the row)."""
         try:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO results (scenario, point, result, inputs) VALUES (?, ?, ?, ?)",
-                (scenario, point_key(overrides), json.dumps(result, default=str), inputs))
+            self._conn.execute(_INSERT, (scenario, point_key(overrides),
+                                         json.dumps(result, default=str), inputs))
             self._conn.commit()
         except sqlite3.Error as exc:
             raise ConfigError("--db", "a SQLite file ltsim can write", self.path, "give a new file "
