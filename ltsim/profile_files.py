@@ -30,6 +30,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "eager": ("model", "op", "layers", "num_tokens", "dtype", "time_s"),
     "elementwise": ("op", "num_tokens", "hidden", "dtype", "pass", "time_s"),
     "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
+    "host_copy": ("direction", "host_memory", "bytes", "time_s"),  # ltsim/costs/host.py
 }
 # columns every row must fill with one of a few words
 # how a row applied the causal mask (ltsim/profiler/attention.py); blank for published rows.
@@ -42,6 +43,7 @@ CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
     "gemm_bwd": {"pass": ("dgrad", "wgrad")},
     "collectives": {"scope": ("intra", "inter")},
     "eager": {"stage": ("first", "middle", "last", None)},  # blank: a middle stage
+    "host_copy": {"direction": ("d2h", "h2d"), "host_memory": ("pageable", "pinned")},
 }
 # columns every row must fill with a whole number of at least this: sizes and counts (where
 # the table has them; eager's context_tokens may be blank: none)
@@ -53,6 +55,7 @@ COUNT_COLUMNS: dict[str, dict[str, int]] = {
     "eager": {"layers": 1, "num_tokens": 1, "context_tokens": 0, "hidden": 1},
     "elementwise": {"num_tokens": 1, "hidden": 1},
     "optimizer": {"num_params": 1, "hidden": 1},
+    "host_copy": {"bytes": 1},
 }
 MAX_TIME_S = 3600.0  # no kernel, collective or op of a profile takes an hour
 # columns every row must fill with a name (a word, not a number or a blank), where the table has them

@@ -169,7 +169,9 @@ class Comm(NamedTuple):
       work's layers: ring CP), "qkvo" (Ulysses: Q, K, V in and the output back), "grads" (fp32),
       "model_grads" (in the model dtype), "params", or a Buffer kind for copies; ``work`` whose tensor it is; ``group_size`` GPUs take
       part; ``gpus`` the lowest and highest global GPU rank among them (on two nodes: the
-      inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward).
+      inter-node rows); ``steps`` repetitions (ring CP: cp - 1 exchanges, twice in backward);
+      ``pinned``: a copy through page-locked host memory (asynchronous offload), else a plain
+      synchronous one through pageable memory (costs/host.py).
     A named tuple, as Op: every SEND carries one.
     """
 
@@ -179,3 +181,4 @@ class Comm(NamedTuple):
     group_size: int = 1
     gpus: tuple[int, int] = (0, 0)
     steps: int = 1
+    pinned: bool = False

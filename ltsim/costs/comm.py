@@ -10,7 +10,8 @@ Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V wi
 - "grads": the layers' trained parameters (all, or LoRA's adapters) in fp32 (Megatron's main
   gradients), reduce-scatter (ZeRO >= 1) or all-reduce; "model_grads": the same in the model dtype (``parallel.grad_dtype = "model"``);
   "params": the parameters in the model dtype, all-gather (ZeRO's gathers);
-- "d2h" / "h2d" copies: the buffer's bytes over the host link (buffer_bytes of a Buffer of that kind).
+- "d2h" / "h2d" copies: the buffer's bytes (buffer_bytes of a Buffer of that kind) over the host
+  link, pageable or pinned (``comm.pinned``), as the profile measured it (costs/host.py).
 The group spans GPUs ``comm.gpus``: one node's GPUs -> the "intra" rows, else "inter".
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ltsim.costs.host import host_link
 from ltsim.hardware import ClusterSpec
 from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
 from ltsim.model import ModelSpec
@@ -34,6 +36,8 @@ class CommCosts:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.buffer_bytes = buffer_bytes
         self.e = dtype_bytes(model.dtype)
+        self.host = host_link(str(profile.path) if profile is not None else "",
+                              cluster.device.host_link_bytes_per_s)
 
     def scope(self, comm: Comm) -> str:
         gpn = self.cluster.gpus_per_node
@@ -44,7 +48,7 @@ class CommCosts:
         payload's terms and whether it stays in one node (not which GPUs)."""
         work = comm.work
         if comm.collective in ("d2h", "h2d"):
-            return comm.collective, comm.tensor, work.cost_shape(), comm.steps
+            return comm.collective, comm.tensor, work.cost_shape(), comm.steps, comm.pinned
         return (comm.collective, comm.tensor, work.num_tokens, work.num_layers, work.split,
                 work.embed, work.head, comm.group_size, comm.steps, self.scope(comm))
 
@@ -79,4 +83,4 @@ class CommCosts:
 
     def copy_s(self, comm: Comm) -> float:
         nbytes = self.buffer_bytes(Buffer(comm.tensor, comm.work))
-        return comm.steps * nbytes / self.cluster.device.host_link_bytes_per_s
+        return comm.steps * self.host.time_s(comm.collective, nbytes, pinned=comm.pinned)

@@ -83,10 +83,10 @@ class TableCostModel:
         params = self._buffers.static_bytes(device).num_parameters
         shards = device.num_shards if device.zero_stage >= 1 else 1
         spec = self.cluster.device
-        if device.offload_optimizer:
-            e = dtype_bytes(self.model.dtype)
-            return params / shards * ((OPT_BYTES_PER_PARAM + e) / spec.host_dram_bytes_per_s
-                                      + e / spec.host_link_bytes_per_s)
+        if device.offload_optimizer:  # the step on the CPU, the new weights back through pinned
+            e = dtype_bytes(self.model.dtype)  # buffers (DeepSpeed's ZeRO-Offload pins them)
+            return (params / shards * (OPT_BYTES_PER_PARAM + e) / spec.host_dram_bytes_per_s
+                    + self._comm.host.time_s("h2d", params / shards * e, pinned=True))
         if device.optimizer_dtype == "model" and self._optimizer_rate is not None:
             return self._optimizer_rate.time_s(params / shards)  # measured (costs/eager.py)
         return params / shards * OPT_BYTES_PER_PARAM / spec.hbm_bytes_per_s

@@ -221,6 +221,11 @@ def _check_layers(plan: Plan, op: Op) -> None:
         raise PlanError(f"the executor copies only layer checkpoints to and from host memory (got "
                         f"{op.key}: {op.comm.collective} of {op.comm.tensor})\n"
                         f"{plan.grid(mark=op.key)}")
+    if op.kind is OpKind.COPY and op.comm.pinned:
+        raise PlanError(f"the executor copies checkpoints synchronously through pageable host "
+                        f"memory, as ALST's reference code does ({op.key} is an asynchronous copy "
+                        "through pinned memory); simulated only. Fix: strategy.offload_async = "
+                        "false to validate")
     if work is None or (op.kind is not OpKind.COPY and work.layers == stage):
         return
     if not stage[0] <= work.layers[0] <= work.layers[1] <= stage[1]:

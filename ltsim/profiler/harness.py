@@ -2,7 +2,7 @@
 
 Tables, in the order they are measured (each written the moment it is finished; see tables.py for
 checkpointing and `--resume`): gemm, gemm_bwd, elementwise, attention, attention_varlen, memory,
-eager, optimizer, collectives.
+eager, optimizer, host_copy (on CUDA only: copies between GPU and host memory), collectives.
 meta.json is rewritten after every table, so an interrupted run leaves a readable profile of what
 it finished; its `notes` say which tables are still pending. Each table's provenance records the
 1-minute load average before and after it, since on a shared machine other processes skew CPU times.
@@ -31,7 +31,8 @@ import torch
 
 from ltsim.errors import ConfigError, ProfileError
 from ltsim.model import get_model
-from ltsim.profiler import activations, attention, collectives, eager, elementwise, gemm
+from ltsim.profiler import (activations, attention, collectives, eager, elementwise, gemm,
+                            host_copy)
 from ltsim.profiler.environment import describe
 from ltsim.profiler.shapes import ShardShape, shard
 from ltsim.profiler.sizes import ProfileSizes, sizes_for
@@ -47,6 +48,7 @@ DEFAULT_MODELS = {"cpu": ("llama-tiny", "llama-small"), "cuda": ("qwen2.5-7b",)}
 DEFAULT_TP = {"cpu": (1,), "cuda": (1, 2, 4, 8)}  # degrees a model cannot take are skipped
 DEFAULT_THREADS = {"cpu": 1}  # the executor runs one thread per process; None: torch's own choice
 COLLECTIVE_DTYPE = {"cpu": "fp32", "cuda": "bf16"}
+HOST_COPY_REPEATS = 5
 
 
 def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[int], quick: bool,
@@ -83,6 +85,8 @@ def run_profile(*, device: str, out: Path, models: list[str], tp_degrees: list[i
         skipped_tables["collectives"] = {"skipped": _no_group(device, group_devices),
                                          "devices": group_devices}
         log.warning("collectives: skipped (%s)", skipped_tables["collectives"]["skipped"])
+    if not sizes.host_copy_bytes:  # on a CPU: noted in meta.json, not logged (nothing is lost)
+        skipped_tables["host_copy"] = {"skipped": "the device is the host: no host link to measure"}
     jobs = [job for job in build_jobs(shards, sizes, Bench(device=torch_device, plan=sizes.timing),
                                       device, skipped_tp=skipped_tp)
             if job.name not in skipped_tables]
@@ -234,6 +238,14 @@ def build_jobs(shards: Sequence[ShardShape], sizes: ProfileSizes, bench: Bench, 
                  measure=interleaved(lambda p: eager.prepare_optimizer(p, bench), bench),
                  provenance={"method": "measured", "kernel": eager.IMPLEMENTATION, **timing,
                              "notes": "the executor's optimizer step over 1 and 2 layers"}),
+        TableJob(name="host_copy", points=host_copy.host_copy_points(sizes.host_copy_bytes),
+                 measure=sequential(lambda p: host_copy.measure_host_copy(
+                     p, bench.device, HOST_COPY_REPEATS)),
+                 provenance={"method": "measured", "kernel": "torch copies",
+                             "timer": "perf_counter between torch.cuda.synchronize calls",
+                             "timing": f"median of {HOST_COPY_REPEATS} copies after one untimed",
+                             "notes": "pageable: tensor.to('cpu') / .to(device); pinned: "
+                             "copy_(non_blocking=True) with a page-locked host buffer"}),
         TableJob(name="collectives",
                  points=collectives.collective_points(sizes.collective_group_sizes,
                                                       sizes.collective_bytes,

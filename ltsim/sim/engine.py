@@ -172,7 +172,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
         elif op.comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then
             comm = op.comm  # by comm_key, which sends on other GPUs share
             pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
-                    comm.steps, comm.gpus)
+                    comm.steps, comm.gpus, comm.pinned)
             hit = durations.get(pkey)
             if hit is None:
                 ckey = ("comm", cost.comm_key(comm))
@@ -268,7 +268,7 @@ def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:
         comm = op.comm
         if comm is None:
             continue
-        shape = (comm.collective, comm.tensor, comm.group_size, comm.steps, comm.gpus)
+        shape = (comm.collective, comm.tensor, comm.group_size, comm.steps, comm.gpus, comm.pinned)
         if shape in seen:
             continue
         seen.add(shape)

@@ -14,8 +14,10 @@ from ltsim.strategies.lowering import Draft, Pass
 def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
     """A pass copying forward buffers of ``kinds`` to host memory after the forward and back before
     the chunk's first recompute or backward over the buffer's layers (the copy back is prefetched:
-    it may start once the op before that one has finished). ``sync``: the compute stream waits for each copy to the host (ALST's
-    reference code copies synchronously); otherwise only the consumer waits for the copy back."""
+    it may start once the op before that one has finished). ``sync``: the compute stream waits for
+    each copy to the host, a plain copy through pageable host memory (ALST's reference code:
+    ``tensor.to("cpu")``); otherwise only the consumer waits for the copy back, which goes through
+    pinned host memory (an asynchronous copy needs page-locked buffers)."""
 
     def run(draft: Draft) -> Draft:
         changes = {}
@@ -42,10 +44,11 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
                 tag = f"{buf.kind}-L{low}"
                 out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
                          chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
-                         comm=Comm("d2h", buf.kind, buf.work), frees=(buf,), allocs=(host,))
+                         comm=Comm("d2h", buf.kind, buf.work, pinned=not sync),
+                         frees=(buf,), allocs=(host,))
                 back = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
                           chunk=buf.work.chunk, name=f"h2d-{tag}", allocs=(buf,), frees=(host,),
-                          comm=Comm("h2d", buf.kind, buf.work),
+                          comm=Comm("h2d", buf.kind, buf.work, pinned=not sync),
                           deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
                 copies += [out, back]
                 compute[consumer] = compute[consumer].with_deps((back.key,))

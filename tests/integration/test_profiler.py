@@ -125,8 +125,9 @@ def test_meta_records_the_machine_and_every_table(quick_profile: Path) -> None:
     assert meta.command.startswith("ltsim profile --device cpu")
     assert meta.notes.startswith("complete")
     assert {"torch", "cpu_model", "num_threads"} <= set(meta.software)
-    assert set(meta.tables) == set(TABLES)
-    assert all(t["method"] == "measured" for t in meta.tables.values())
+    assert set(meta.tables) == {*TABLES, "host_copy"}  # host_copy: skipped on a CPU, noted
+    assert meta.tables["host_copy"]["skipped"].startswith("the device is the host")
+    assert all(t["method"] == "measured" for n, t in meta.tables.items() if n != "host_copy")
 
 
 def test_the_cost_model_loader_reads_the_profile(quick_profile: Path) -> None:
@@ -325,7 +326,11 @@ def test_one_device_skips_collectives_and_the_profile_still_loads_and_simulates(
     assert "collectives (one device: no group of 2" in meta.notes
     assert any(line.startswith("collectives: skipped (one device") for line in logged)
     assert not (out / "collectives.csv").exists() and not list(out.glob("*.partial.csv"))
-    assert all(t["num_threads"] == 1 for n, t in meta.tables.items() if n != "collectives")
+    # on a CPU the device is the host: no copies between them to measure, noted
+    assert meta.tables["host_copy"]["skipped"].startswith("the device is the host")
+    assert not (out / "host_copy.csv").exists()
+    assert all(t["num_threads"] == 1 for n, t in meta.tables.items()
+               if n not in ("collectives", "host_copy"))
 
     profile = load_profile(out)
     assert profile.gemm_time_s(100, 512, 256, "fp32") > 0

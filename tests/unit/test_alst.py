@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 import ltsim.memory as mem
+from ltsim.costs.host import host_link
 from ltsim.costs.table import TableCostModel
 from ltsim.errors import ConfigError
 from ltsim.hardware import ClusterSpec, get_device
@@ -120,8 +121,11 @@ def test_optimizer_offload_moves_gradients_and_optimizer_state_to_host_memory():
     params = kept.num_parameters / on.num_shards
     assert device.host_bytes == pytest.approx(params * (4 + 12))  # fp32 grads, master, 2 moments
     spec = get_device("h100-sxm5-80gb")
+    # the step at host memory bandwidth, the new bf16 weights back through pinned buffers
+    link = host_link(str(cost.profile.path), spec.host_link_bytes_per_s)
+    assert link.measured("h2d", pinned=True)  # the shipped profile's host_copy.csv
     assert cost.optimizer_s(on) == pytest.approx(
-        params * (30 / spec.host_dram_bytes_per_s + 2 / spec.host_link_bytes_per_s))
+        params * 30 / spec.host_dram_bytes_per_s + link.time_s("h2d", params * 2, pinned=True))
     trace = Engine(cost).run(_plan(offload_checkpoints=False))
     assert trace.peak_host_memory_bytes()[0] == trace.host_static_bytes[0] == int(device.host_bytes)
 
@@ -180,6 +184,9 @@ def test_the_executor_runs_untiled_alst_plans_and_refuses_the_rest_naming_the_op
         check_supported(_plan(**{**runs, "offload_optimizer": True}))
     with pytest.raises(PlanError, match="COLL"):  # Ulysses' all-to-alls
         check_supported(_plan(**{**runs, "cp": 8}))
+    # it copies as ALST's reference code does, synchronously through pageable memory
+    with pytest.raises(PlanError, match=r"d2h-ckpt-L0.*asynchronous.*offload_async = false"):
+        check_supported(_plan(**{**runs, "offload_async": True}))
 
 
 @pytest.mark.parametrize("sp, tiled", [(1, True), (8, True), (8, False)])
