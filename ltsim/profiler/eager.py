@@ -9,7 +9,7 @@ the kernels take microseconds and the time is what launching them costs: the Pyt
 layer, autograd's graph, the K/V hook, one launch per kernel. Rows, per op:
 - ``F``: a forward that keeps its graph (op.keep all or selective); ``F_discard``: one without;
 - ``FB``: F then its backward; ``FdRB``: F_discard, the recompute R, then the backward.
-On a CPU, F and FB are also timed over a chunk that attends to ``context_tokens`` earlier tokens
+F and FB are also timed over a chunk that attends to ``context_tokens`` earlier tokens
 of its sequence (middle stage), as a ChunkFlow or SeCO chunk does: reading the earlier K/V through
 the state store at every layer and, in backward, accumulating their gradients.
 B = FB - F and R = FdRB - F_discard - B; rows at 1 and 2 layers give a per-op and a per-layer

@@ -25,8 +25,9 @@ class ProfileSizes:
     memory_tokens: tuple[int, ...]
     eager_tokens: tuple[int, ...]  # tiny chunks (the launch floor); on a CPU larger ones too
     eager_stages: tuple[str, ...] = ("middle",)  # on a CPU also "first" (embedding), "last" (head)
-    # on a CPU also chunks with context: (query tokens, context tokens) of a middle stage
+    # chunks with context: (query tokens, context tokens) of a middle stage
     eager_context: tuple[tuple[int, int], ...] = ()
+    host_copy_bytes: tuple[int, ...] = ()  # none on a CPU: the device is the host
     collective_bytes: tuple[int, ...]
     collective_group_sizes: tuple[int, ...]
     timing: TimingPlan
@@ -85,7 +86,7 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
             gemm_tokens=(256, 4096), attention_tokens=(512, 4096, 16384),
             varlen_total_tokens=(4096,), varlen_num_seqs=(2, 8),
             elementwise_tokens=(1024, 16384), memory_tokens=(1024, 4096),
-            eager_tokens=(32,),
+            eager_tokens=(32,), host_copy_bytes=(16 * MiB, 256 * MiB),
             collective_bytes=(1 * MiB, 64 * MiB), collective_group_sizes=groups[:1],
             timing=TimingPlan(warmup=3, min_repeats=5, max_repeats=20, target_s=0.02),
             collective_timing=TimingPlan(warmup=3, min_repeats=5, max_repeats=20, target_s=0.02))
@@ -93,7 +94,9 @@ def sizes_for(device: str, *, quick: bool, max_group_size: int) -> ProfileSizes:
         gemm_tokens=powers_of_two(64, 65536), attention_tokens=powers_of_two(128, 131072, 2),
         varlen_total_tokens=(4096, 16384, 65536), varlen_num_seqs=(2, 8, 32, 128),
         elementwise_tokens=powers_of_two(256, 65536), memory_tokens=(1024, 4096, 16384),
-        eager_tokens=(32, 256),
+        eager_tokens=(32, 256), host_copy_bytes=powers_of_two(16 * MiB, 1024 * MiB, 2),
+        # small chunks after earlier tokens of their sequence (SeCO, SpaCO, ChunkFlow): host-bound
+        eager_context=tuple((q, c) for q in (256, 1024) for c in (1024, 4096, 16384)),
         collective_bytes=powers_of_two(64 * KiB, 1024 * MiB, 2), collective_group_sizes=groups,
         timing=TimingPlan(warmup=5, min_repeats=10, max_repeats=100, target_s=0.1),
         collective_timing=TimingPlan(warmup=5, min_repeats=10, max_repeats=50, target_s=0.1))
