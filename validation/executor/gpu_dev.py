@@ -33,7 +33,11 @@ SETS = {"h100-dev": "`validation/executor/h100-dev` (copied from `../shared/data
                     "`torch_sdpa_boolmask`), torch 2.11, cuDNN SDPA)",
         "h100-run2": "`validation/executor/h100-run2` (measured 2026-11-23 by "
                      "`validation/executor/gpu_run.py` with this executor: lower-right causal "
-                     "SDPA for slices with context; torch 2.11)"}
+                     "SDPA for slices with context; torch 2.11)",
+        "h100-run3": "`validation/executor/h100-run3` (measured 2026-11-24 by "
+                     "`validation/executor/gpu_run.py` with this executor, 5 timed iterations: "
+                     "small chunks and SeCO/SpaCO, on the machine that measured "
+                     "`validation/profiles/h100-2026-11-24-eager2`; torch 2.11)"}
 GIB = 2**30
 
 
