@@ -469,6 +469,12 @@ CASES: tuple[Case, ...] = (
              "NULL, created_s REAL, inputs TEXT NOT NULL DEFAULT '', PRIMARY KEY (scenario, "
              f"point)); CREATE TRIGGER t BEFORE INSERT ON results BEGIN SELECT RAISE(ABORT, "
              f"'{SECRET}'); END;")),)),
+    # -- host_copy.csv, a table new on 2026-11-24 (copies between GPU and host memory) ----------------
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "host_copy.csv",
+         (("p", Profile((("host_copy.csv", "direction,host_memory,bytes,time_s\n"
+                          f"d2h,{SECRET},1024,1e-6\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "host_copy.csv",
+         (("p", Profile((("host_copy.csv", "direction,bytes,time_s\nd2h,1024,1e-6\n"),))),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
