@@ -38,6 +38,7 @@ from ltsim.errors import ConfigError, PlanError
 from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
+from ltsim.sim.engine import layerwise_deferral
 from ltsim.trace import Trace
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -276,6 +277,11 @@ def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[s
         held = _working_terms(op, cost)
         charge = _buffer_terms(op.allocs, cost)
         release = _buffer_terms(op.frees, cost)
+        deferred = layerwise_deferral(
+            op, lambda bufs: sum(_buffer_terms(tuple(bufs), cost).values()))
+        if deferred:  # context K/V gradients accrue through a backward (sim/engine.py)
+            charge["kv_state"] -= deferred
+            release["kv_state"] = release.get("kv_state", 0) - deferred
         for term, size in held.items():
             charge[term] = charge.get(term, 0) + size
             release[term] = release.get(term, 0) + size

@@ -5,7 +5,8 @@ started and its stream is free (ops of a stream run in program order); a SEND oc
 sender's comm stream for the link time; a collective with a group of several devices starts when
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
-says.
+says; a backward over several layers charges part of its context K/V gradients at its end
+(``layerwise_deferral``: they accrue layer by layer as its activations are released).
 
 How it runs (issue 13, validation/perf/README.md). The plan is first compiled to flat arrays:
 integer op ids, dependency id tuples, and durations and byte counts priced once per distinct
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from heapq import merge
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
@@ -32,7 +34,7 @@ from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.gcpause import paused
 from ltsim.mirrors import device_sources, mirrored_gpus
-from ltsim.plan import Op, OpKind, Plan
+from ltsim.plan import Buffer, Op, OpKind, Plan
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import EventTable, Trace
 
@@ -190,11 +192,16 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     programs = []
     first = 0
     coll_kind = OpKind.COLL
+    backward = OpKind.B
     for program in plan.programs:
         for op in program.ops:
             alloc, host_alloc = nbytes(op.allocs) if op.allocs else (0, 0)
             free, host_free = nbytes(op.frees) if op.frees else (0, 0)
             work = op.work
+            if op.kind is backward and op.allocs:
+                deferred = layerwise_deferral(op, lambda buffers: nbytes(buffers)[0])
+                alloc -= deferred
+                free -= deferred
             work_shape = None
             if work is not None:  # an op's working set is held while it runs
                 work_shape = shape(work)  # once per op: price() takes it too
@@ -252,6 +259,25 @@ class Engine:
             if plan.mirrors:
                 trace = replace(trace, mirror_of=device_sources(plan))
             return trace
+
+
+def layerwise_deferral(op: Op, device_bytes: Callable[[Sequence[Buffer]], int]) -> int:
+    """Bytes of a backward's context K/V gradients ("kv_grad") charged at its end rather than its
+    start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier tokens
+    appear when its backward runs, and its activations ("act") are released once it is done. So
+    in the op the level rises by max over layers of (the gradients so far less the activations
+    released so far), which for A bytes of gradients and F of activations, each even over the
+    layers, is max(A / L, A - F (L - 1) / L): the op's allocs less (L - 1) / L x min(A, F). The
+    rest is charged at its end, where the level is the same as before. ``device_bytes``: the
+    device bytes of some buffers (maxlen.peak_terms splits the peak the same way)."""
+    layers = op.work.num_layers if op.kind is OpKind.B and op.work is not None else 0
+    if layers < 2:
+        return 0
+    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
+    if not grads:
+        return 0
+    acts = device_bytes([b for b in op.frees if b.kind == "act"])
+    return (layers - 1) * min(grads, acts) // layers
 
 
 def _working_bytes(cost: CostModel, op: Op) -> int:

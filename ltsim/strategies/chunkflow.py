@@ -109,15 +109,23 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
     bwd: list[list[Action]] = []
     for i in range(n - 1, -1, -1):
         c = ids[i]
-        grads = tuple(Mem("kv_grad", ids[j]) for j in range(i)) if i == n - 1 else ()
-        frees = (mems("kv_grad") if i < n - 1 else ())
+        # the last chunk's backward gives every earlier chunk its dK/dV; each of their gradients
+        # is a view of that backward's concatenated dK/dV (torch.cat's backward, kept as .grad by
+        # autograd), so the last chunk's own share of it ("kv_grad" of that chunk) stays until the
+        # first chunk's backward releases the last view
+        grads = (tuple(Mem("kv_grad", ids[j]) for j in range(i)) + (Mem("kv_grad", c),)
+                 if i == n - 1 and n > 1 else ())
+        frees = ((mems("kv_grad") if i < n - 1 else ())
+                 + ((Mem("kv_grad", ids[n - 1]),) if i == 0 and n > 1 else ()))
         deps = (op_key(device, stage, OpKind.B, ids[i + 1]),) if i < n - 1 else ()
         state = ("kv",) if i < n - 1 else ()
-        if full:  # layer inputs kept; the K/V later chunks attend to stay until the recompute
+        # the K/V later chunks attend to stay until the chunk's own backward: they are the leaves
+        # that hold its dK/dV (ltsim/executor/state.py)
+        if full:  # layer inputs kept
             (f_act,), (redo, back) = kept_actions(c, keep)
             f_item = [f_act._replace(allocs=f_act.allocs + mems(*state))]
-            bwd.append([redo._replace(frees=mems(*state)),
-                        back._replace(allocs=grads, frees=back.frees + frees, deps=deps)])
+            bwd.append([redo, back._replace(allocs=grads, frees=back.frees + frees + mems(*state),
+                                            deps=deps)])
         elif c in kept:  # its K/V live inside its activations until its backward
             f_item, (back,) = kept_actions(c, keep)
             if n > 1:  # a standalone chunk's backward is the plain one
@@ -127,9 +135,9 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
             # run without autograd: only the stage input and the K/V stay (one layer's working
             # set is transient and not modelled)
             f_item = [Action(OpKind.F, c, Keep.KV, allocs=mems("input", *state))]
-            redo = Action(OpKind.R, c, keep, allocs=mems("act"), frees=mems(*state))
+            redo = Action(OpKind.R, c, keep, allocs=mems("act"))
             bwd.append([redo, Action(OpKind.B, c, keep, allocs=grads,
-                                     frees=mems("act", "input") + frees, deps=deps)])
+                                     frees=mems("act", "input", *state) + frees, deps=deps)])
         fwd.insert(0, f_item)
     return fwd, bwd
 

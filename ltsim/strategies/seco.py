@@ -82,10 +82,12 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
 
     F: no autograd; keeps its K/V ("kv") if a later chunk attends to it, and its stage input
     ("input") if it will be re-forwarded. The first backward allocates the K/V gradients
-    ("kv_grad") of every chunk before it. R rebuilds the activations ("act") and releases the
-    chunk's own "kv" (the activations hold it); B frees them, the input and the chunk's own
-    "kv_grad". The sequence's last backward (or, with nothing selected, its last forward) also
-    frees the K/V and K/V gradients of the chunks that were not selected (SpaCO)."""
+    ("kv_grad") of every chunk before it, and keeps its own share of their concatenation (they
+    are views of it) until the sequence's last backward. R rebuilds the activations ("act"); B
+    frees them, the input, the chunk's own "kv" (the leaves holding its dK/dV: the executor's
+    state store keeps them to the producer's backward) and "kv_grad". The sequence's last backward
+    (or, with nothing selected, its last forward) also frees the K/V and K/V gradients of the
+    chunks that were not selected (SpaCO)."""
     n = len(ids)
     chosen = [i for i in range(n) if ids[i] in selected]
     top = chosen[-1] if chosen else -1
@@ -103,14 +105,18 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
     bwd: list[list[Action]] = []
     for rank, i in enumerate(reversed(chosen)):
         c = ids[i]
-        grads = tuple(Mem("kv_grad", ids[j]) for j in range(i)) if i == top else ()
+        # the top chunk's own share of its concatenated dK/dV stays with the earlier chunks'
+        # gradients, views of it, until the last backward (as in chunkflow.group_actions)
+        grads = (tuple(Mem("kv_grad", ids[j]) for j in range(i)) + (Mem("kv_grad", c),)
+                 if i == top and i > 0 else ())
         own = mems("kv_grad") if i < top else ()
         last = rank == len(chosen) - 1
+        pinned = (Mem("kv_grad", ids[top]),) if last and top > 0 else ()
         deps = (op_key(device, stage, OpKind.B, ids[chosen[len(chosen) - rank]]),) if rank else ()
-        bwd.append([Action(OpKind.R, c, keep, allocs=mems("act"),
-                           frees=mems("kv") if i < n - 1 else ()),
+        bwd.append([Action(OpKind.R, c, keep, allocs=mems("act")),
                     Action(OpKind.B, c, keep, allocs=grads, deps=deps,
-                           frees=mems("act", "input") + own + (leftovers if last else ()))])
+                           frees=mems("act", "input", *(("kv",) if i < n - 1 else ())) + own
+                           + (leftovers + pinned if last else ()))])
     return fwd, bwd
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from ltsim.strategies import chunkflow, get_strategy
 from tests.conftest import unit_ctx
 
@@ -26,3 +30,69 @@ def test_chunks_are_built_once_per_batch_and_chunk_size_whatever_k():
     fresh = chunkflow._chunks.__wrapped__(tuple(range(len(batch))), batch, 512, options.packing,
                                           options.order, 0, 0)
     assert fresh[0] == tuple(again)
+
+
+# -- memory inside the backwards of a dependent group, against the H100 ----------------------------
+# validation/executor/chunk_memory.py measured ChunkFlow K = 1 on one 16K sequence in two chunks of
+# 8K (4-layer Llama-2-7B, bf16) at every phase; chunk_memory-h100.json. Weight gradients are in the
+# executor's static memory, so the run's are subtracted: the head's (0.25 GiB) by B1's loss
+# backward, all of them (2.0 GiB) in B0 (gpu_notes.md item 19).
+_H100_RUN = "validation/executor/h100-run2/fix16k-cf8k-k1.toml"
+
+
+def _phase_levels(kernel: str) -> tuple[dict[str, float], float, object, object]:
+    import ltsim
+    from ltsim.runner import run
+    from ltsim.validate import bare_cost_model
+
+    scenario = ltsim.load_scenario(_H100_RUN, ["workload.global_batch_size=1",
+                                               f'hardware.attention_kernel="{kernel}"'])
+    cost = bare_cost_model(scenario)
+    sim = run(scenario, cost=cost)
+    trace = sim.traces[0]
+    static = trace.static_bytes[0]
+    levels = {}
+    for event in trace.events:
+        if event.stream == "compute":
+            inside = [level for t, _, level in trace.memory if event.start_s <= t < event.end_s]
+            levels[event.token] = (max(inside) - static) / 2**30 if inside else 0.0
+    return levels, (max(trace.peak_memory_bytes()) - static) / 2**30, sim.plans[0], cost
+
+
+def _measured_phases(backend: str) -> dict[str, float]:
+    import json
+
+    data = json.loads(Path("validation/executor/chunk_memory-h100.json").read_text())
+    run = next(r for r in data["results"] if (r["seq"], r["chunk"], r["backend"])
+               == (16384, 8192, backend))
+    marks = {m["at"]: m["peak_since_last"] / 2**30 for m in run["marks"]}
+    loss_backward = [m["peak_since_last"] / 2**30 for m in run["marks"]
+                     if m["at"] == "backward of layer 3 starts"]
+    head_grad, all_grads = 0.25, 2.0
+    return {"B1": loss_backward[0] - head_grad, "R0": marks["R0 done"] - all_grads,
+            "B0": loss_backward[1] - all_grads}
+
+
+@pytest.mark.parametrize("kernel, backend, peak_op", [
+    ("torch_sdpa", "sdpa", "s0B0"), ("torch_sdpa_boolmask", "sdpa_boolmask", "s0B1")])
+def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend, peak_op):
+    """The context K/V gradients accrue layer by layer through B1 (sim/engine.layerwise_deferral),
+    chunk 0's stored K/V stay to its own backward, and B1's concatenated dK/dV stay pinned by the
+    earlier chunk's gradients, views of it: so with the plain kernel the peak is B0's (after R0),
+    as measured, and with the boolean mask's bias kept through B1, B1's."""
+    levels, peak, plan, cost = _phase_levels(kernel)
+    measured = _measured_phases(backend)
+    assert max(levels, key=levels.get) == peak_op
+    assert max(measured, key=measured.get) == peak_op[-2:]
+    assert levels["s0B0"] == pytest.approx(measured["B0"], rel=0.02)
+    assert levels[peak_op] == pytest.approx(peak)
+    # B1 holds A - (L - 1) / L min(A, act) of its A bytes of context K/V gradients at its start
+    b1 = next(op for op in plan.ops() if op.token == "s0B1")
+    grads = sum(cost.buffer_bytes(b) for b in b1.allocs if b.kind == "kv_grad")
+    acts = sum(cost.buffer_bytes(b) for b in b1.frees if b.kind == "act")
+    assert {b.work.chunk for b in b1.allocs} == {0, 1}  # chunk 0's dK/dV, chunk 1's own share
+    held = sum(cost.buffer_bytes(b) for op in plan.ops() if op.token in ("s0F0", "s0F1")
+               for b in op.allocs)
+    working = cost.working_bytes(b1.kind, b1.work)
+    expected = held + grads - 3 * min(grads, acts) // 4 + working
+    assert levels["s0B1"] == pytest.approx(expected / 2**30, abs=1e-6)
