@@ -23,9 +23,9 @@ times are maxima and sums of priced durations, independent of the order SimPy wa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from heapq import merge
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
