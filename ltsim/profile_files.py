@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,6 +268,20 @@ def read_optional_rows(directory: str | Path, name: str) -> Table | None:
     if not (Path(directory) / f"{name}.csv").exists():
         return None
     return read_rows(directory, name)
+
+
+def read_host_copies(directory: str | Path) -> dict[tuple[str, str], tuple[tuple[int, float], ...]]:
+    """host_copy.csv as (direction, host memory) -> ((bytes, median seconds), ...) by bytes; empty
+    without the table (ltsim/costs/host.py prices copies from it)."""
+    table = read_optional_rows(directory, "host_copy")
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for direction, memory, size, seconds in (table.rows("direction", "host_memory", "bytes",
+                                                        "time_s") if table is not None else ()):
+        groups.setdefault((direction, memory, int(size)), []).append(float(seconds))
+    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for (direction, memory, size), times in sorted(groups.items()):
+        points.setdefault((direction, memory), []).append((size, statistics.median(times)))
+    return {key: tuple(value) for key, value in points.items()}
 
 
 def read_table(directory: str | Path, name: str) -> "pd.DataFrame":

@@ -48,13 +48,14 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
 from ltsim.profile_files import (CONTEXT_MASKS, METHODS, TABLE_COLUMNS, ProfileMeta, Table,
-                                 check_table, read_meta, read_optional_rows, read_rows, read_table,
-                                 write_meta, write_table)
+                                 check_table, read_host_copies, read_meta, read_optional_rows,
+                                 read_rows, read_table, write_meta, write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_BOOL_MASK_KERNEL", "SDPA_KERNEL", "SDPA_KERNELS", "TABLE_COLUMNS", "Profile",
            "ProfileMeta", "Table", "available_profiles", "check_table", "load_profile",
-           "read_meta", "read_optional_rows", "read_rows", "read_table", "resolve_profile",
+           "read_host_copies", "read_meta", "read_optional_rows", "read_rows", "read_table",
+           "resolve_profile",
            "write_meta", "write_table"]
 
 
@@ -226,7 +227,8 @@ class Profile:
     """
 
     __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
-                 "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables")
+                 "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables",
+                 "host_copies")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -241,6 +243,7 @@ class Profile:
                                "plateau; 0 for none). Fix: correct it or remove the key")
         self._gemm = GemmLookup(gemm.rows("dtype", "m", "n", "k", "time_s"), quantum=quantum)
         self._gemm_bwd = _backward_gemms(self.path, quantum)
+        self.host_copies = read_host_copies(self.path)
         kernel = (attention["kernel"] if "kernel" in attention.columns
                   else ["default"] * len(attention))
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ltsim.costs.host import host_link
+from ltsim.costs.host import HostLink
 from ltsim.hardware import ClusterSpec
 from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
 from ltsim.model import ModelSpec
@@ -36,8 +36,8 @@ class CommCosts:
         self.model, self.cluster, self.profile = model, cluster, profile
         self.buffer_bytes = buffer_bytes
         self.e = dtype_bytes(model.dtype)
-        self.host = host_link(str(profile.path) if profile is not None else "",
-                              cluster.device.host_link_bytes_per_s)
+        self.host = HostLink(profile.host_copies if profile is not None else {},
+                             cluster.device.host_link_bytes_per_s)
 
     def scope(self, comm: Comm) -> str:
         gpn = self.cluster.gpus_per_node

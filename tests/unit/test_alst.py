@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 import ltsim.memory as mem
-from ltsim.costs.host import host_link
+from ltsim.costs.host import HostLink
 from ltsim.costs.table import TableCostModel
 from ltsim.errors import ConfigError
 from ltsim.hardware import ClusterSpec, get_device
@@ -122,7 +122,7 @@ def test_optimizer_offload_moves_gradients_and_optimizer_state_to_host_memory():
     assert device.host_bytes == pytest.approx(params * (4 + 12))  # fp32 grads, master, 2 moments
     spec = get_device("h100-sxm5-80gb")
     # the step at host memory bandwidth, the new bf16 weights back through pinned buffers
-    link = host_link(str(cost.profile.path), spec.host_link_bytes_per_s)
+    link = HostLink(cost.profile.host_copies, spec.host_link_bytes_per_s)
     assert link.measured("h2d", pinned=True)  # the shipped profile's host_copy.csv
     assert cost.optimizer_s(on) == pytest.approx(
         params * 30 / spec.host_dram_bytes_per_s + link.time_s("h2d", params * 2, pinned=True))

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ltsim.costs.host import HostLink, host_link
+from ltsim.costs.host import HostLink
 from ltsim.costs.table import TableCostModel
 from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.model import get_model
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import OpKind
-from ltsim.profiles import read_rows
+from ltsim.profiles import read_host_copies, read_rows
 from ltsim.strategies import get_strategy
 from ltsim.strategies.base import PlanContext
 
@@ -34,7 +34,7 @@ def _write(directory: Path, rows: str) -> Path:
 def test_lookup_is_exact_at_measured_sizes_linear_between_and_at_the_end_bandwidth_beyond(tmp_path):
     _write(tmp_path, "d2h,pageable,16777216,0.01\nd2h,pageable,67108864,0.03\n"
                      "d2h,pageable,67108864,0.05\nh2d,pinned,16777216,0.001\n")
-    link = host_link(str(tmp_path), 1e9)
+    link = HostLink(read_host_copies(tmp_path), 1e9)
     assert link.time_s("d2h", 16 * MIB, pinned=False) == 0.01
     assert link.time_s("d2h", 64 * MIB, pinned=False) == 0.04  # the median of its rows
     assert link.time_s("d2h", 40 * MIB, pinned=False) == pytest.approx(0.01 + 0.03 * 24 / 48)
@@ -45,7 +45,8 @@ def test_lookup_is_exact_at_measured_sizes_linear_between_and_at_the_end_bandwid
     assert not link.measured("h2d", pinned=False)
     assert link.time_s("h2d", 1e9, pinned=False) == pytest.approx(1.0)
     assert HostLink({}, 2e9).time_s("d2h", 1e9, pinned=True) == pytest.approx(0.5)
-    assert host_link("", 2e9).time_s("h2d", 1e9, pinned=False) == pytest.approx(0.5)  # no profile
+    no_table = HostLink(read_host_copies(tmp_path / "elsewhere"), 2e9)  # a profile without it
+    assert no_table.time_s("h2d", 1e9, pinned=False) == pytest.approx(0.5)
     assert link.time_s("d2h", 0, pinned=False) == 0.0
 
 
@@ -62,7 +63,7 @@ def test_a_bad_host_copy_row_is_refused_by_its_rule(tmp_path, row, rule):
 
 
 def test_the_shipped_h100_profile_measured_both_kinds_of_host_memory():
-    link = host_link(str(H100), 1.0)
+    link = HostLink(read_host_copies(H100), 1.0)
     for direction in ("d2h", "h2d"):
         for pinned in (False, True):
             assert link.measured(direction, pinned=pinned)
@@ -88,7 +89,7 @@ def _offload_copies(profile: Path, **options) -> tuple[dict[str, float], TableCo
 def test_alst_offload_reads_pageable_rows_when_synchronous_and_pinned_when_asynchronous(tmp_path):
     profile = tmp_path / "h100"
     shutil.copytree(H100, profile)
-    link = host_link(str(profile.resolve()), 1.0)
+    link = HostLink(read_host_copies(profile), 1.0)
     sync, cost = _offload_copies(profile)
     assert set(sync) == {"d2h", "h2d"}
     checkpoint = 65536 * 4096 * 2  # one layer's input, bf16
@@ -97,8 +98,9 @@ def test_alst_offload_reads_pageable_rows_when_synchronous_and_pinned_when_async
     asynchronous, _ = _offload_copies(profile, offload_async=True)
     for direction, seconds in asynchronous.items():
         assert seconds == pytest.approx(link.time_s(direction, checkpoint, pinned=True))
-    (profile / "host_copy.csv").unlink()  # a profile without the table: the preset's link
-    bare, cost = _offload_copies(profile)
+    bare_profile = tmp_path / "h100-without-host-copies"  # the preset's link
+    shutil.copytree(H100, bare_profile, ignore=shutil.ignore_patterns("host_copy.csv"))
+    bare, cost = _offload_copies(bare_profile)
     assert set(bare) == {"d2h", "h2d"}
     for seconds in bare.values():
         assert seconds == pytest.approx(checkpoint / cost.cluster.device.host_link_bytes_per_s)
