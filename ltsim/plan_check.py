@@ -23,7 +23,7 @@ def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] |
 
 
 _PLACED = itemgetter(0, 1, 2, 5, 6, 9, 15)  # an Op's kind, device, stage, stream, work, comm, key
-_COVERING = itemgetter(0, 1, 2, 3, 6, 8, 15)  # kind, device, stage, chunk, work, part, key
+_COVERING = itemgetter(0, 2, 3, 6, 8)  # an Op's kind, stage, chunk, work, part
 _KEY = itemgetter(15)
 _DEPS = itemgetter(10)
 _START_DEPS = itemgetter(11)
@@ -104,44 +104,41 @@ def _check_coverage(plan: Plan):
     token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward. A
     mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
-    covered: dict = {}
-    first_key: dict = {}
-    cp_width = [d.cp_width for d in plan.devices]  # placement: every op's device is one
+    stages = plan.num_stages  # a property over devices: once
+    covered = ({}, {})  # F, B: chunk * stages + stage -> token-layers (placement: 0 <= stage < stages)
     weight: dict = {}  # per Work object: F and B of a chunk share one
     F, B = OpKind.F, OpKind.B
     for program in plan.programs:
         if program.stream != "compute":
             continue
-        for kind, device, stage, chunk, work, part, key in map(_COVERING, program.ops):
+        width = plan.devices[program.device].cp_width  # placement: every op is its program's device's
+        for kind, stage, chunk, work, part in map(_COVERING, program.ops):
             if (kind is F or kind is B) and part in _COVERED_PARTS:
                 share = weight.get(id(work))
                 if share is None:
                     share = weight[id(work)] = work.num_tokens * work.num_layers / work.split.cp
-                index = (kind, stage, chunk)
-                if index in covered:
-                    covered[index] += share * cp_width[device]
-                else:
-                    covered[index] = share * cp_width[device]
-                    first_key[index] = key
-    widths = [stop - first for first, stop in plan.stage_layers]  # once: a property over devices
+                into = covered[kind is B]
+                index = chunk * stages + stage
+                into[index] = into.get(index, 0) + share * width
+    widths = [stop - first for first, stop in plan.stage_layers]
     grad_chunks = plan.grad_chunks
     mirrored = {copy for mirror in plan.mirrors for _, copy in mirror.chunks}  # _check_mirrors
+    forwards, backwards = covered
     for chunk in plan.chunks:
         if chunk.index in mirrored:
             continue
         tokens = chunk.num_tokens
         grad = grad_chunks is None or chunk.index in grad_chunks
+        base = chunk.index * stages
         for stage, width in enumerate(widths):
             need = tokens * width
-            for kind in (F, B):
-                index = (kind, stage, chunk.index)
-                want = need if kind is F or grad else 0
-                got = covered.get(index, 0)
-                if abs(got - want) > 1e-6 * max(want, 1):
-                    what = "no backward (it gets no gradient)" if not want else "exactly one per stage"
-                    return (f"chunk {chunk.index} has {got:g} of {want} token-layers of "
-                            f"{kind.value} on stage {stage} (each chunk needs {what})",
-                            first_key.get(index))
+            slack = 1e-6 * max(need, 1)
+            got = forwards.get(base + stage, 0)
+            if abs(got - need) > slack:
+                return _uncovered(plan, chunk.index, stage, F, got, need)
+            got = backwards.get(base + stage, 0)
+            if abs(got - need) > slack if grad else abs(got) > 1e-6:
+                return _uncovered(plan, chunk.index, stage, B, got, need if grad else 0)
     seq_tokens = [0] * len(plan.seq_lengths)
     for chunk in plan.chunks:
         for piece in chunk.slices:
@@ -152,6 +149,17 @@ def _check_coverage(plan: Plan):
         if seq_tokens[seq] != length:
             return f"sequence {seq} has {length} tokens but its slices cover {seq_tokens[seq]}", None
     return None
+
+
+def _uncovered(plan: Plan, chunk: int, stage: int, kind: OpKind, got: float, want: float):
+    """The coverage problem, with the key of the first covering op of ``kind`` of ``chunk`` on
+    ``stage`` (None if none)."""
+    what = "no backward (it gets no gradient)" if not want else "exactly one per stage"
+    first = next((op.key for program in plan.programs if program.stream == "compute"
+                  for op in program.ops if op.kind is kind and op.stage == stage
+                  and op.chunk == chunk and op.part in _COVERED_PARTS), None)
+    return (f"chunk {chunk} has {got:g} of {want} token-layers of {kind.value} on stage {stage} "
+            f"(each chunk needs {what})", first)
 
 
 def _check_deps(plan: Plan):
@@ -211,7 +219,7 @@ def _check_buffers(plan: Plan):
     """Per device, every buffer is freed as often as it is allocated; within one program a buffer
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
-    balance: dict = {}
+    balances: dict[int, dict] = {}  # per device: buffer -> allocations less frees
     allocated: dict[int, set] = {}  # per device, every buffer any of its programs allocates:
     # made on first need (a free before its allocation in program order, on another stream)
 
@@ -225,29 +233,32 @@ def _check_buffers(plan: Plan):
     for program in plan.programs:
         live: set = set()
         device = program.device
+        balance = balances.get(device)
+        if balance is None:
+            balance = balances[device] = {}
         for op in program.ops:
             allocs, frees = _EFFECTS(op)
             if not (allocs or frees):
                 continue
             for buf in allocs:
                 if buf in live:
-                    return f"buffer {buf.name} allocated twice on device {op.device}", op.key
+                    return f"buffer {buf.name} allocated twice on device {device}", op.key
                 live.add(buf)
-                bkey = (device, buf)
-                balance[bkey] = balance.get(bkey, 0) + 1
+                balance[buf] = balance.get(buf, 0) + 1
             for buf in frees:
-                bkey = (device, buf)
-                count = balance[bkey] = balance.get(bkey, 0) - 1
+                count = balance[buf] = balance.get(buf, 0) - 1
                 if buf in live:
                     live.discard(buf)
                 elif count < 0 and buf not in allocated_on(device):
                     return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
-    for (device, buf), count in balance.items():
-        if count > 0:
-            where = next(op.key for p in plan.programs if p.device == device for op in p.ops
-                         if buf in op.allocs)
-            return f"buffer {buf.name} on device {device} is never freed", where
-        if count < 0:
-            return f"buffer {buf.name} on device {device} is freed more often than allocated", None
+    for device, balance in balances.items():
+        for buf, count in balance.items():
+            if count > 0:
+                where = next(op.key for p in plan.programs if p.device == device for op in p.ops
+                             if buf in op.allocs)
+                return f"buffer {buf.name} on device {device} is never freed", where
+            if count < 0:
+                return (f"buffer {buf.name} on device {device} is freed more often than allocated",
+                        None)
     return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Keep(str, Enum):
@@ -93,7 +93,7 @@ class Tiling(NamedTuple):
 NO_TILING = Tiling()
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@dataclass(frozen=True, slots=True, eq=True, init=False)
 class Work:
     """What a compute op (or a buffer, or a comm op's tensor) covers: the slices of one chunk on a
     layer range, split as ``split`` says; ``embed``/``head``: it includes the embedding / the LM
@@ -109,6 +109,30 @@ class Work:
     tiling: Tiling = NO_TILING
     _hash: int = field(default=0, init=False, repr=False, compare=False)
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
+
+    def __init__(self, chunk: int, slices: tuple[Slice, ...], layers: tuple[int, int],
+                 split: Split = Split(), embed: bool = False, head: bool = False,
+                 tiling: Tiling = NO_TILING) -> None:
+        # The dataclass's own __init__ of a frozen class sets each field through
+        # object.__setattr__ by name; the slots' descriptors do it in half the time, and a plan
+        # build makes thousands of Works (validation/perf/README.md)
+        _SET_CHUNK(self, chunk)
+        _SET_SLICES(self, slices)
+        _SET_LAYERS(self, layers)
+        _SET_SPLIT(self, split)
+        _SET_EMBED(self, embed)
+        _SET_HEAD(self, head)
+        _SET_TILING(self, tiling)
+        _SET_HASH(self, 0)
+        _SET_TOKENS(self, -1)
+
+    def evolve(self, **changes: Any) -> "Work":
+        """A copy with ``changes`` (dataclasses.replace, without its per-field introspection)."""
+        values = {"chunk": self.chunk, "slices": self.slices, "layers": self.layers,
+                  "split": self.split, "embed": self.embed, "head": self.head,
+                  "tiling": self.tiling}
+        values.update(changes)
+        return Work(**values)
 
     def __hash__(self) -> int:
         # Works key the cost caches and the buffer checks; hashing the nested slices on every
@@ -138,6 +162,11 @@ class Work:
         of a model is alike). Equal shapes cost the same: the engine prices once per shape."""
         return (tuple((s.start, s.stop) for s in self.slices), self.layers[1] - self.layers[0],
                 self.split, self.embed, self.head, self.tiling)
+
+
+(_SET_CHUNK, _SET_SLICES, _SET_LAYERS, _SET_SPLIT, _SET_EMBED, _SET_HEAD, _SET_TILING, _SET_HASH,
+ _SET_TOKENS) = (getattr(Work, name).__set__ for name in (
+     "chunk", "slices", "layers", "split", "embed", "head", "tiling", "_hash", "_tokens"))
 
 
 class Buffer(NamedTuple):

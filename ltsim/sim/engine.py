@@ -81,24 +81,24 @@ class Compiled:
 
 
 class Prices:
-    """What a cost model said, by value: durations per (kind, cost shape, part, keep) and per comm
-    key, buffer and working-set bytes per shape, optimizer steps per device, each as (value,
-    the notes (would-be warnings) computing it made). Values only, so sound for any plan priced
+    """What a cost model said, by value: a compute op's duration and working-set bytes per (kind,
+    cost shape, part, keep), comm durations per comm key, buffer bytes per shape, optimizer steps
+    per device, each with the notes (would-be warnings) computing it made. Values only, so sound for any plan priced
     by a cost model of the same ``price_scope``: Engines of one scope share one
     (``shared_prices``: the batches of a run, the points of a sweep, maxlen's probes), and the
     notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
     warns as if it had priced alone."""
 
-    __slots__ = ("durations", "buffers", "working", "optimizer")
+    __slots__ = ("compute", "durations", "buffers", "optimizer")
 
     def __init__(self) -> None:
-        self.durations: dict = {}
+        self.compute: dict = {}  # -> (seconds, working-set bytes, notes)
+        self.durations: dict = {}  # comm -> (seconds, notes)
         self.buffers: dict = {}
-        self.working: dict = {}
         self.optimizer: dict = {}
 
     def __len__(self) -> int:
-        return len(self.durations) + len(self.buffers) + len(self.working) + len(self.optimizer)
+        return len(self.compute) + len(self.durations) + len(self.buffers) + len(self.optimizer)
 
 
 _SHARED: dict = {}  # price scope -> Prices, the most recently used last
@@ -131,8 +131,8 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
     shapes: dict = {}  # id(Work) -> its cost shape
     sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
-    durations, sizes, working, optimizer = (prices.durations, prices.buffers, prices.working,
-                                            prices.optimizer)
+    computed, durations, sizes, optimizer = (prices.compute, prices.durations, prices.buffers,
+                                             prices.optimizer)
     noted = cost.noted  # (value, notes) of a call: what each table below stores
     again: set = set()  # the notes of the prices this plan takes: made once, at the end
 
@@ -160,17 +160,13 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                 dev += size
         return dev, hst
 
-    def price(op: Op, work_shape: tuple | None) -> float:
+    def price(op: Op) -> float:
+        """An optimizer step's or a comm op's seconds (compute ops are priced in the loop)."""
         if op.kind is OpKind.OPT:
             device = plan.devices[op.device]
             hit = optimizer.get(device)
             if hit is None:
                 hit = optimizer[device] = noted(cost.optimizer_s, device)
-        elif work_shape is not None:
-            pkey = (op.kind, work_shape, op.part, op.keep)
-            hit = durations.get(pkey)
-            if hit is None:
-                hit = durations[pkey] = noted(duration_s, cost, op)
         elif op.comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then
             comm = op.comm  # by comm_key, which sends on other GPUs share
             pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
@@ -193,36 +189,46 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     first = 0
     coll_kind = OpKind.COLL
     backward = OpKind.B
+    opt = OpKind.OPT
     for program in plan.programs:
         for op in program.ops:
-            alloc, host_alloc = nbytes(op.allocs) if op.allocs else (0, 0)
-            free, host_free = nbytes(op.frees) if op.frees else (0, 0)
-            work = op.work
-            if op.kind is backward and op.allocs:
+            # one unpack rather than an attribute read per field (the fields as plan.Op orders them)
+            (kind, _, _, _, _, _, work, keep, part, comm, deps, start_deps, allocs, frees, group,
+             key) = op
+            alloc, host_alloc = nbytes(allocs) if allocs else (0, 0)
+            free, host_free = nbytes(frees) if frees else (0, 0)
+            if kind is backward and allocs:
                 deferred = layerwise_deferral(op, lambda buffers: nbytes(buffers)[0])
                 alloc -= deferred
                 free -= deferred
-            work_shape = None
-            if work is not None:  # an op's working set is held while it runs
-                work_shape = shape(work)  # once per op: price() takes it too
-                wkey = (op.kind, work_shape, op.part)
-                hit = working.get(wkey)
+            if work is not None and kind is not opt:  # priced once per shape; its working set
+                work_shape = shapes.get(id(work))  # is held while it runs
+                if work_shape is None:
+                    work_shape = shapes[id(work)] = work.cost_shape()
+                pkey = (kind, work_shape, part, keep)
+                hit = computed.get(pkey)
                 if hit is None:
-                    hit = working[wkey] = noted(_working_bytes, cost, op)
-                if hit[1]:
-                    again.update(hit[1])
-                size = hit[0]
+                    hit = computed[pkey] = _compute_price(cost, op)
+                dur, size, notes = hit
+                if notes:
+                    again.update(notes)
                 alloc += size
                 free += size
+            else:
+                dur = price(op)
+                if work is not None:  # an optimizer step naming a work (none does): its working set
+                    size, notes = noted(_working_bytes, cost, op)
+                    again.update(notes)
+                    alloc += size
+                    free += size
             try:
-                deps = tuple([ids[d] for d in op.deps])
-                start_deps = tuple([ids[d] for d in op.start_deps]) if op.start_deps else ()
+                dep_ids = tuple([ids[d] for d in deps])
+                start_ids = tuple([ids[d] for d in start_deps]) if start_deps else ()
             except KeyError as missing:
-                raise PlanError(f"{plan.strategy}: op {op.key} depends on {missing.args[0]}, which "
-                                f"is not in the plan\n{plan.grid(mark=op.key)}") from None
-            coll = ((op.key.token, op.group) if op.kind is coll_kind and len(op.group) > 1
-                    else None)
-            steps.append((price(op, work_shape), alloc, host_alloc, free, host_free, deps, start_deps, coll))
+                raise PlanError(f"{plan.strategy}: op {key} depends on {missing.args[0]}, which "
+                                f"is not in the plan\n{plan.grid(mark=key)}") from None
+            coll = (key.token, group) if kind is coll_kind and len(group) > 1 else None
+            steps.append((dur, alloc, host_alloc, free, host_free, dep_ids, start_ids, coll))
         stop = first + len(program.ops)
         programs.append((program.device, program.stream, first, stop))
         first = stop
@@ -282,6 +288,13 @@ def layerwise_deferral(op: Op, device_bytes: Callable[[Sequence[Buffer]], int]) 
 
 def _working_bytes(cost: CostModel, op: Op) -> int:
     return cost.working_bytes(op.kind, op.work, part=op.part)
+
+
+def _compute_price(cost: CostModel, op: Op) -> tuple[float, int, tuple]:
+    """A compute op's seconds and working-set bytes, with the notes computing them made."""
+    seconds, timing = cost.noted(duration_s, cost, op)
+    size, sizing = cost.noted(_working_bytes, cost, op)
+    return seconds, size, timing + sizing
 
 
 def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:

@@ -26,7 +26,7 @@ per device and stream) to a new Draft:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Callable
 
@@ -63,6 +63,7 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         index, stage = device.index, device.stage
         works: dict = {}  # one Work per distinct value: F and B of a chunk share it
         effects: dict = {}  # and one Buffer per distinct buffer (_resolve)
+        plain: dict = {}  # and one Work per distinct value a non-activation buffer holds
         resolved: dict = {}  # an action's allocs or frees on a work: resolved once
 
         def effects_of(mems, action: Action, work: Work) -> tuple:
@@ -71,7 +72,7 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
             rkey = (id(mems), id(work), action.keep)
             out = resolved.get(rkey)
             if out is None:
-                out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects)
+                out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects, plain)
             return out
 
         for action in schedule.orders.get(device.index, ()):
@@ -89,15 +90,19 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
     return Draft(schedule, layout, programs)
 
 
-def _resolve(mems, action: Action, work: Work, device: Device, chunks, cache: dict):
+def _resolve(mems, action: Action, work: Work, device: Device, chunks, cache: dict, plain: dict):
     """The Buffers of an action's effects; one object per distinct buffer of the device (F and B
-    of a chunk share their Work, so the Work's identity keys the cache)."""
+    of a chunk share their Work, so the Work's identity keys the cache, as the Mem's does: the
+    schedule holds both while the ops are made, and equal Mems that are distinct objects make
+    the same Buffer, found by value)."""
     out = []
+    keep = action.keep
+    work_id = id(work)
     for mem in mems:
-        mkey = (mem, id(work), action.keep if mem.kind == "act" else None)
+        mkey = (id(mem), work_id, keep if mem[0] == "act" else None)
         buf = cache.get(mkey)
         if buf is None:
-            buf = _buffer(mem, action, work, device, chunks)
+            buf = _buffer(mem, action, work, device, chunks, plain)
             buf = cache[mkey] = cache.setdefault(buf, buf)
         out.append(buf)
     return tuple(out)
@@ -112,13 +117,27 @@ def _work(action: Action, slices, chunk: int, device: Device, split: Split) -> W
                 tiling=action.tiling)
 
 
-def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks) -> Buffer:
+def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks, plain: dict) -> Buffer:
+    """The Buffer a Mem of ``action`` on ``work`` stands for. ``plain``: the Works that buffers
+    other than activations hold (chunk, slices, layers and split only), one per value, which the
+    K/V and gradients of a chunk and of the chunks after it share."""
+    if mem.kind != "act" and mem.layers is None and not mem.one_layer:
+        other = mem.chunk >= 0 and mem.chunk != action.chunk
+        chunk = mem.chunk if other else work.chunk
+        slices = chunks[chunk].slices if other else work.slices
+        pkey = (chunk, id(slices), work.layers, work.split)  # slices alive: chunks and works hold them
+        base = plain.get(pkey)
+        if base is None:
+            base = plain[pkey] = (
+                work if not other and not (work.embed or work.head or work.tiling != NO_TILING)
+                else Work(chunk=chunk, slices=slices, layers=work.layers, split=work.split))
+        return Buffer(mem.kind, base, Keep.ALL, mem.host)
     if mem.chunk >= 0 and mem.chunk != action.chunk:
         work = Work(chunk=mem.chunk, slices=chunks[mem.chunk].slices, layers=work.layers,
                     split=work.split, embed=work.embed, head=work.head, tiling=work.tiling)
     if mem.layers is not None:  # part of the action's layers: embedding / head only at its ends
-        work = replace(work, layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
-                       head=work.head and mem.layers[1] == work.layers[1])
+        work = work.evolve(layers=mem.layers, embed=work.embed and mem.layers[0] == work.layers[0],
+                           head=work.head and mem.layers[1] == work.layers[1])
     if mem.one_layer:  # a full recompute's working set: one layer, plus embedding input and logits
         work = one_layer_work(work, embed=device.embed, head=device.head)
     if mem.kind != "act":  # only activations depend on the keep policy, embedding / head, tiling
@@ -172,6 +191,7 @@ def add_p2p(draft: Draft) -> Draft:
 _KIND_CHUNK_WORK = itemgetter(0, 3, 6)  # Op's kind, chunk and work
 _POSITION = itemgetter(1)  # of a ((kind, chunk), op position) item
 _SEND = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B}
+_tuple_new = tuple.__new__
 _TENSOR = {OpKind.F: "act", OpKind.B: "act_grad"}
 
 
@@ -181,9 +201,10 @@ def _send(op: Op, kind: OpKind, device: Device, peer: Device, a: int, b: int, wo
     if work.layers != device.layers:
         whole = works.get(id(work))
         if whole is None:
-            whole = works[id(work)] = replace(work, layers=device.layers)
+            whole = works[id(work)] = work.evolve(layers=device.layers)
         work = whole
-    comm = Comm("send_recv", _TENSOR[kind], work, 2, (a, b) if a < b else (b, a))
+    comm = _tuple_new(Comm, ("send_recv", _TENSOR[kind], work, 2, (a, b) if a < b else (b, a), 1,
+                             False))  # Comm(...) by position: NamedTuple's __new__ is Python
     return make_op(_SEND[kind], device.index, device.stage, op.chunk, "", "comm", None, Keep.ALL, "",
                    comm, (op.key,), (), (), (), (peer.index,))
 
@@ -235,9 +256,13 @@ def _shard_gpus(draft: Draft, device: Device) -> tuple[int, int]:
 # -- CP -------------------------------------------------------------------------------------------
 def split_cp(draft: Draft) -> Draft:
     changes = {}
+    split_kinds = (OpKind.F, OpKind.B, OpKind.R)
     for device in draft.schedule.live_devices:
+        ops = draft.ops(device.index)
+        if not any(op.work.split.cp > 1 for op in ops if op.kind in split_kinds and op.work):
+            continue  # nothing CP-sharded on this device: its programs stay as they are
         compute, cp = [], list(draft.ops(device.index, "cp"))
-        for op in draft.ops(device.index):
+        for op in ops:
             split = op.work.split if op.work is not None else None
             if (op.kind not in (OpKind.F, OpKind.B, OpKind.R) or split is None or split.cp <= 1
                     or not op.work.num_layers):  # the LM head alone: no attention to split

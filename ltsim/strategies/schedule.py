@@ -67,13 +67,19 @@ def one_layer_work(work: Work, *, embed: bool, head: bool) -> Work:
     """What a ``Mem(one_layer=True)`` buffer holds: the work's first layer, with the stage's
     embedding input and logits (``embed``, ``head``): a full recompute's working set."""
     first = work.layers[0]
-    return replace(work, layers=(first, first + 1), embed=embed, head=head)
+    return work.evolve(layers=(first, first + 1), embed=embed, head=head)
 
 
 @lru_cache(maxsize=None)
 def mems(*kinds: str) -> tuple[Mem, ...]:
-    """Buffer effects of these kinds on the action's own work."""
-    return tuple(Mem(k) for k in kinds)
+    """Buffer effects of these kinds on the action's own work (one Mem object per kind: the
+    lowering caches what it resolves them to by identity)."""
+    return tuple(_mem(k) for k in kinds)
+
+
+@lru_cache(maxsize=None)
+def _mem(kind: str) -> Mem:
+    return Mem(kind)
 
 
 class Action(NamedTuple):
