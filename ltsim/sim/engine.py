@@ -222,7 +222,8 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                     alloc += size
                     free += size
             try:
-                dep_ids = tuple([ids[d] for d in deps])
+                dep_ids = ((ids[deps[0]],) if len(deps) == 1 else tuple([ids[d] for d in deps])
+                           if deps else ())
                 start_ids = tuple([ids[d] for d in start_deps]) if start_deps else ()
             except KeyError as missing:
                 raise PlanError(f"{plan.strategy}: op {key} depends on {missing.args[0]}, which "
@@ -330,15 +331,15 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
     n = len(steps)
     start: list[Any] = [None] * n
     finish: list[Any] = [None] * n
-    done_wait: dict[int, _At] = {}  # op id -> event fired at its end, made when someone waits
-    began_wait: dict[int, _At] = {}
+    done_wait: list[Any] = [None] * n  # per op id: the event fired at its end, made when someone
+    began_wait: list[Any] = [None] * n  # waits (lists: read for every op, faster than a dict)
     barriers: dict[tuple, _Barrier] = {}
     mem: list[list] = [[] for _ in compiled.programs]
     host_mem: list[list] = [[] for _ in compiled.programs]
     sizes = barrier_sizes or {}
 
-    def wait(table: dict, op_id: int) -> _At:
-        event = table.get(op_id)
+    def wait(table: list, op_id: int) -> _At:
+        event = table[op_id]
         if event is None:
             event = table[op_id] = _At(env)
         return event
@@ -375,12 +376,12 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                     barrier.event.fire_at(barrier.time_s)
                 clock = barrier.time_s
             start[i] = clock
-            event = began_wait.get(i)
+            event = began_wait[i]
             if event is not None:
                 event.fire_at(clock)
             end = clock + dur if dur > 0 else clock
             finish[i] = end
-            event = done_wait.get(i)
+            event = done_wait[i]
             if event is not None:
                 event.fire_at(end)
             if alloc:
