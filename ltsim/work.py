@@ -45,13 +45,18 @@ class Slice(NamedTuple):
         return self.start
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Chunk:
     """What one micro-batch carries through the pipeline: one or more slices, on one DP replica."""
 
     index: int
     slices: tuple[Slice, ...]
     replica: int = 0
+
+    def __init__(self, index: int, slices: tuple[Slice, ...], replica: int = 0) -> None:
+        _SET_INDEX(self, index)  # through the slots, as Work (below): a batch makes thousands
+        _SET_CHUNK_SLICES(self, slices)
+        _SET_REPLICA(self, replica)
 
     @property
     def num_tokens(self) -> int:
@@ -63,6 +68,10 @@ class Chunk:
         if all(whole):
             return "standalone"
         return "dependent" if len(self.slices) == 1 else "hybrid"
+
+
+_SET_INDEX, _SET_CHUNK_SLICES, _SET_REPLICA = (getattr(Chunk, name).__set__
+                                               for name in ("index", "slices", "replica"))
 
 
 class Split(NamedTuple):
