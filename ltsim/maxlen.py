@@ -38,7 +38,7 @@ from ltsim.errors import ConfigError, PlanError
 from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
-from ltsim.sim.engine import layerwise_deferral
+from ltsim.sim.engine import layerwise_deferrals
 from ltsim.trace import Trace
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -269,6 +269,11 @@ def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[s
     """The device's memory at its peak, by term (module docstring); sums to the trace's peak."""
     static = _static_terms(plan, cost, device)
     ops = {op.token: op for op in plan.ops() if op.device == device}
+    deferrals: dict = {}  # context K/V gradients charged at a backward's end (sim/engine.py)
+    for program in plan.programs:
+        if program.device == device:
+            deferrals.update(layerwise_deferrals(program.ops, lambda bufs: sum(
+                _buffer_terms(tuple(bufs), cost).values())))
     changes: list[tuple[float, int, dict[str, int]]] = []  # (time, 0 release / 1 charge, terms)
     for event in trace.events:
         op = ops.get(event.token) if event.device == device else None
@@ -277,11 +282,10 @@ def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[s
         held = _working_terms(op, cost)
         charge = _buffer_terms(op.allocs, cost)
         release = _buffer_terms(op.frees, cost)
-        deferred = layerwise_deferral(
-            op, lambda bufs: sum(_buffer_terms(tuple(bufs), cost).values()))
-        if deferred:  # context K/V gradients accrue through a backward (sim/engine.py)
-            charge["kv_state"] -= deferred
-            release["kv_state"] = release.get("kv_state", 0) - deferred
+        less_charge, less_release = deferrals.get(op.key, (0, 0))
+        if less_charge or less_release:  # context K/V gradients accrue through a backward
+            charge["kv_state"] = charge.get("kv_state", 0) - less_charge
+            release["kv_state"] = release.get("kv_state", 0) - less_release
         for term, size in held.items():
             charge[term] = charge.get(term, 0) + size
             release[term] = release.get(term, 0) + size

@@ -6,7 +6,7 @@ sender's comm stream for the link time; a collective with a group of several dev
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
 says; a backward over several layers charges part of its context K/V gradients at its end
-(``layerwise_deferral``: they accrue layer by layer as its activations are released).
+(``layerwise_deferrals``: they accrue layer by layer as its activations are released).
 
 How it runs (issue 13, validation/perf/README.md). The plan is first compiled to flat arrays:
 integer op ids, dependency id tuples, and durations and byte counts priced once per distinct
@@ -34,7 +34,7 @@ from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.gcpause import paused
 from ltsim.mirrors import device_sources, mirrored_gpus
-from ltsim.plan import Buffer, Op, OpKind, Plan
+from ltsim.plan import Buffer, Op, OpKey, OpKind, Plan
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import EventTable, Trace
 
@@ -191,16 +191,17 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     backward = OpKind.B
     opt = OpKind.OPT
     for program in plan.programs:
+        deferrals = layerwise_deferrals(program.ops, lambda buffers: nbytes(buffers)[0])
         for op in program.ops:
             # one unpack rather than an attribute read per field (the fields as plan.Op orders them)
             (kind, _, _, _, _, _, work, keep, part, comm, deps, start_deps, allocs, frees, group,
              key) = op
             alloc, host_alloc = nbytes(allocs) if allocs else (0, 0)
             free, host_free = nbytes(frees) if frees else (0, 0)
-            if kind is backward and allocs:
-                deferred = layerwise_deferral(op, lambda buffers: nbytes(buffers)[0])
-                alloc -= deferred
-                free -= deferred
+            if kind is backward and key in deferrals:
+                less_alloc, less_free = deferrals[key]
+                alloc -= less_alloc
+                free -= less_free
             if work is not None and kind is not opt:  # priced once per shape; its working set
                 work_shape = shapes.get(id(work))  # is held while it runs
                 if work_shape is None:
@@ -268,23 +269,48 @@ class Engine:
             return trace
 
 
-def layerwise_deferral(op: Op, device_bytes: Callable[[Sequence[Buffer]], int]) -> int:
-    """Bytes of a backward's context K/V gradients ("kv_grad") charged at its end rather than its
-    start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier tokens
-    appear when its backward runs, and its activations ("act") are released once it is done. So
-    in the op the level rises by max over layers of (the gradients so far less the activations
-    released so far), which for A bytes of gradients and F of activations, each even over the
-    layers, is max(A / L, A - F (L - 1) / L): the op's allocs less (L - 1) / L x min(A, F). The
-    rest is charged at its end, where the level is the same as before. ``device_bytes``: the
+def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
+                        ) -> dict[OpKey, tuple[int, int]]:
+    """Per op of one program (``ops``, in order): (bytes charged at its end rather than its start,
+    bytes of its releases kept until its end) for the context K/V gradients ("kv_grad") a
+    backward allocates. A backward over L layers runs them one by one: layer l's dK/dV of the
+    earlier tokens appear when its backward runs, and its stored activations (the "act" or, under
+    full recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which
+    is rebuilt for every layer and held to the end) are released once it is done. So in the op
+    the level rises by max over layers of (the gradients so far less the activations released so
+    far), which for A bytes of gradients and F of activations, each even over the layers, is
+    max(A / L, A - F (L - 1) / L): the op's allocs less d = (L - 1) / L x min(A, F). That d is
+    charged at its end, where the level is the same as before. A backward split for context
+    parallelism (``split_cp``: its attention part, which allocates, then the rest, which
+    releases) defers from the first part's start to the second part's end. ``device_bytes``: the
     device bytes of some buffers (maxlen.peak_terms splits the peak the same way)."""
-    layers = op.work.num_layers if op.kind is OpKind.B and op.work is not None else 0
-    if layers < 2:
-        return 0
-    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
-    if not grads:
-        return 0
-    acts = device_bytes([b for b in op.frees if b.kind == "act"])
-    return (layers - 1) * min(grads, acts) // layers
+    out: dict[OpKey, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        work = op.work
+        if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
+            continue
+        grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
+        if not grads:
+            continue
+        releaser = op
+        if op.part == "attn":  # split_cp puts the rest of this backward right after it
+            releaser = ops[i + 1] if i + 1 < len(ops) else None
+            if (releaser is None or releaser.kind is not OpKind.B or releaser.part != "dense"
+                    or releaser.chunk != op.chunk or releaser.work != work):
+                continue
+        acts = device_bytes([b for b in releaser.frees
+                             if b.kind in _LAYERWISE and b.work.num_layers > 1])
+        deferred = (work.num_layers - 1) * min(grads, acts) // work.num_layers
+        if deferred:
+            if releaser is op:
+                out[op.key] = (deferred, deferred)
+            else:
+                out[op.key] = (deferred, 0)
+                out[releaser.key] = (0, deferred)
+    return out
+
+
+_LAYERWISE = ("act", "ckpt")  # buffers of a backward's layers, released as it passes each
 
 
 def _working_bytes(cost: CostModel, op: Op) -> int:

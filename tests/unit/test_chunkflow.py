@@ -76,7 +76,7 @@ def _measured_phases(backend: str) -> dict[str, float]:
 @pytest.mark.parametrize("kernel, backend, peak_op", [
     ("torch_sdpa", "sdpa", "s0B0"), ("torch_sdpa_boolmask", "sdpa_boolmask", "s0B1")])
 def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend, peak_op):
-    """The context K/V gradients accrue layer by layer through B1 (sim/engine.layerwise_deferral),
+    """The context K/V gradients accrue layer by layer through B1 (sim/engine.layerwise_deferrals),
     chunk 0's stored K/V stay to its own backward, and B1's concatenated dK/dV stay pinned by the
     earlier chunk's gradients, views of it: so with the plain kernel the peak is B0's (after R0),
     as measured, and with the boolean mask's bias kept through B1, B1's."""
@@ -96,3 +96,48 @@ def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend
     working = cost.working_bytes(b1.kind, b1.work)
     expected = held + grads - 3 * min(grads, acts) // 4 + working
     assert levels["s0B1"] == pytest.approx(expected / 2**30, abs=1e-6)
+
+
+# -- the layer-by-layer deferral with context parallelism and under full recompute -----------------
+def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, object, object]:
+    """ChunkFlow K = 1 on one 32K sequence in chunks of 8K, Qwen2.5-7B at tp 2 on the quickstart's
+    H100 profile: the deferral of the last chunk's backward on stage 0, its op(s) and the cost model."""
+    import ltsim
+    from ltsim.runner import make_cost_model
+    from ltsim.sim.engine import layerwise_deferrals
+    from ltsim.strategies.base import PlanContext
+
+    scenario = ltsim.load_scenario("scenarios/quickstart.toml", [
+        "parallel.tp=2", "parallel.pp=1", f"parallel.cp={cp}", f'parallel.recompute="{recompute}"',
+        "hardware.gpus_per_node=4", "strategy.k=1"])
+    cost = make_cost_model(scenario)
+    strategy = get_strategy("chunkflow")
+    plan = strategy.plan((32768,), PlanContext(model=scenario.model, parallel=scenario.parallel,
+                                                cost=cost), strategy.parse({"chunk_size": 8192, "k": 1}))
+    program = plan.program(0)
+    deferrals = layerwise_deferrals(program.ops, lambda bufs: sum(map(cost.buffer_bytes, bufs)))
+    ops = [op for op in program.ops if op.kind.value == "B" and op.chunk == 3]
+    return sum(d for op in ops for d, _ in [deferrals.get(op.key, (0, 0))]), ops, cost
+
+
+def test_a_backward_split_for_context_parallelism_still_defers_its_context_gradients():
+    """split_cp puts a backward's allocations on its attention part and its releases on the rest;
+    the deferral spans the pair (charged less at the first's start, released less at the second's
+    end), and per rank it is half the lockstep one at cp 2: every buffer is sharded over cp."""
+    whole, (op,), _ = _last_backward_deferral("selective", 1)
+    split, (attn, dense), _ = _last_backward_deferral("selective", 2)
+    assert whole > 0 and (attn.part, dense.part) == ("attn", "dense")
+    assert split == pytest.approx(whole / 2, rel=1e-3)
+
+
+def test_under_full_recompute_the_layer_inputs_are_what_a_backward_releases_layer_by_layer():
+    """With full recompute a backward's one-layer working set ("act" of one layer) is rebuilt for
+    every layer and held to the end; its layer inputs ("ckpt") go one by one. So the deferral is
+    (L - 1) / L x min(context gradients, layer inputs)."""
+    deferred, (op,), cost = _last_backward_deferral("full", 1)
+    grads = sum(cost.buffer_bytes(b) for b in op.allocs if b.kind == "kv_grad")
+    inputs = sum(cost.buffer_bytes(b) for b in op.frees if b.kind == "ckpt")
+    layers = op.work.num_layers
+    assert {b.work.num_layers for b in op.frees if b.kind == "act"} == {1}
+    assert 0 < inputs < grads
+    assert deferred == (layers - 1) * min(grads, inputs) // layers
