@@ -190,18 +190,27 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     coll_kind = OpKind.COLL
     backward = OpKind.B
     opt = OpKind.OPT
+    def device_bytes(buffers) -> int:
+        return nbytes(buffers)[0]
+
     for program in plan.programs:
-        deferrals = layerwise_deferrals(program.ops, lambda buffers: nbytes(buffers)[0])
-        for op in program.ops:
+        pending = {}  # op index -> bytes its end releases less (a deferral of the op before it)
+        for i, op in enumerate(program.ops):
             # one unpack rather than an attribute read per field (the fields as plan.Op orders them)
             (kind, _, _, _, _, _, work, keep, part, comm, deps, start_deps, allocs, frees, group,
              key) = op
             alloc, host_alloc = nbytes(allocs) if allocs else (0, 0)
             free, host_free = nbytes(frees) if frees else (0, 0)
-            if kind is backward and key in deferrals:
-                less_alloc, less_free = deferrals[key]
-                alloc -= less_alloc
-                free -= less_free
+            if kind is backward:
+                if allocs:
+                    deferred, j = layerwise_deferral(program.ops, i, device_bytes)
+                    alloc -= deferred
+                    if j == i:
+                        free -= deferred
+                    else:
+                        pending[j] = deferred
+                if pending and i in pending:
+                    free -= pending.pop(i)
             if work is not None and kind is not opt:  # priced once per shape; its working set
                 work_shape = shapes.get(id(work))  # is held while it runs
                 if work_shape is None:
@@ -269,44 +278,54 @@ class Engine:
             return trace
 
 
-def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
-                        ) -> dict[OpKey, tuple[int, int]]:
-    """Per op of one program (``ops``, in order): (bytes charged at its end rather than its start,
-    bytes of its releases kept until its end) for the context K/V gradients ("kv_grad") a
-    backward allocates. A backward over L layers runs them one by one: layer l's dK/dV of the
-    earlier tokens appear when its backward runs, and its stored activations (the "act" or, under
-    full recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which
-    is rebuilt for every layer and held to the end) are released once it is done. So in the op
-    the level rises by max over layers of (the gradients so far less the activations released so
+def layerwise_deferral(ops: Sequence[Op], i: int,
+                       device_bytes: Callable[[Sequence[Buffer]], int]) -> tuple[int, int]:
+    """(bytes, index): of the context K/V gradients ("kv_grad") that backward ``ops[i]`` (of one
+    program, in order) allocates, the bytes charged at the end of ``ops[index]`` rather than at
+    its start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier
+    tokens appear when its backward runs, and its stored activations (the "act" or, under full
+    recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which is
+    rebuilt for every layer and held to the end) are released once it is done. So in the op the
+    level rises by max over layers of (the gradients so far less the activations released so
     far), which for A bytes of gradients and F of activations, each even over the layers, is
     max(A / L, A - F (L - 1) / L): the op's allocs less d = (L - 1) / L x min(A, F). That d is
     charged at its end, where the level is the same as before. A backward split for context
     parallelism (``split_cp``: its attention part, which allocates, then the rest, which
-    releases) defers from the first part's start to the second part's end. ``device_bytes``: the
-    device bytes of some buffers (maxlen.peak_terms splits the peak the same way)."""
+    releases, the next op) defers to the end of the rest. ``device_bytes``: the device bytes of
+    some buffers (maxlen.peak_terms splits the peak the same way). (0, i) when nothing is
+    deferred."""
+    op = ops[i]
+    work = op.work
+    if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
+        return 0, i
+    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
+    if not grads:
+        return 0, i
+    j = i
+    if op.part == "attn":  # split_cp puts the rest of this backward right after it
+        j = i + 1
+        rest = ops[j] if j < len(ops) else None
+        if (rest is None or rest.kind is not OpKind.B or rest.part != "dense"
+                or rest.chunk != op.chunk or rest.work != work):
+            return 0, i
+    acts = device_bytes([b for b in ops[j].frees if b.kind in _LAYERWISE and b.work.num_layers > 1])
+    return (work.num_layers - 1) * min(grads, acts) // work.num_layers, j
+
+
+def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
+                        ) -> dict[OpKey, tuple[int, int]]:
+    """``layerwise_deferral`` of every backward of one program: per op key, (bytes charged less
+    at its start, bytes released less at its end)."""
     out: dict[OpKey, tuple[int, int]] = {}
     for i, op in enumerate(ops):
-        work = op.work
-        if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
-            continue
-        grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
-        if not grads:
-            continue
-        releaser = op
-        if op.part == "attn":  # split_cp puts the rest of this backward right after it
-            releaser = ops[i + 1] if i + 1 < len(ops) else None
-            if (releaser is None or releaser.kind is not OpKind.B or releaser.part != "dense"
-                    or releaser.chunk != op.chunk or releaser.work != work):
-                continue
-        acts = device_bytes([b for b in releaser.frees
-                             if b.kind in _LAYERWISE and b.work.num_layers > 1])
-        deferred = (work.num_layers - 1) * min(grads, acts) // work.num_layers
-        if deferred:
-            if releaser is op:
-                out[op.key] = (deferred, deferred)
-            else:
-                out[op.key] = (deferred, 0)
-                out[releaser.key] = (0, deferred)
+        if op.kind is OpKind.B and op.allocs:
+            deferred, j = layerwise_deferral(ops, i, device_bytes)
+            if deferred:
+                if j == i:
+                    out[op.key] = (deferred, deferred)
+                else:
+                    out[op.key] = (deferred, 0)
+                    out[ops[j].key] = (0, deferred)
     return out
 
 

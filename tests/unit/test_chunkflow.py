@@ -99,9 +99,10 @@ def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend
 
 
 # -- the layer-by-layer deferral with context parallelism and under full recompute -----------------
-def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, object, object]:
+def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, list, object, object]:
     """ChunkFlow K = 1 on one 32K sequence in chunks of 8K, Qwen2.5-7B at tp 2 on the quickstart's
-    H100 profile: the deferral of the last chunk's backward on stage 0, its op(s) and the cost model."""
+    H100 profile: the deferral of the last chunk's backward on stage 0, its op(s), the cost model
+    and the plan."""
     import ltsim
     from ltsim.runner import make_cost_model
     from ltsim.sim.engine import layerwise_deferrals
@@ -117,24 +118,37 @@ def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, object, objec
     program = plan.program(0)
     deferrals = layerwise_deferrals(program.ops, lambda bufs: sum(map(cost.buffer_bytes, bufs)))
     ops = [op for op in program.ops if op.kind.value == "B" and op.chunk == 3]
-    return sum(d for op in ops for d, _ in [deferrals.get(op.key, (0, 0))]), ops, cost
+    return sum(d for op in ops for d, _ in [deferrals.get(op.key, (0, 0))]), ops, cost, plan
 
 
 def test_a_backward_split_for_context_parallelism_still_defers_its_context_gradients():
     """split_cp puts a backward's allocations on its attention part and its releases on the rest;
     the deferral spans the pair (charged less at the first's start, released less at the second's
     end), and per rank it is half the lockstep one at cp 2: every buffer is sharded over cp."""
-    whole, (op,), _ = _last_backward_deferral("selective", 1)
-    split, (attn, dense), _ = _last_backward_deferral("selective", 2)
+    from ltsim.sim.engine import compile_plan
+
+    whole, (op,), _, _ = _last_backward_deferral("selective", 1)
+    split, (attn, dense), cost, plan = _last_backward_deferral("selective", 2)
     assert whole > 0 and (attn.part, dense.part) == ("attn", "dense")
     assert split == pytest.approx(whole / 2, rel=1e-3)
+    # and the engine applies it so: the attention part charges less, the rest releases less
+    compiled = compile_plan(plan, cost)
+    steps = {o.key: step for o, step in zip(compiled.ops, compiled.steps)}
+
+    def device(buffers) -> int:
+        return sum(cost.buffer_bytes(b) for b in buffers if not b.host)
+
+    for o, charged, released in ((attn, device(attn.allocs) - split, device(attn.frees)),
+                                 (dense, device(dense.allocs), device(dense.frees) - split)):
+        working = cost.working_bytes(o.kind, o.work, part=o.part)
+        assert (steps[o.key][1], steps[o.key][3]) == (charged + working, released + working)
 
 
 def test_under_full_recompute_the_layer_inputs_are_what_a_backward_releases_layer_by_layer():
     """With full recompute a backward's one-layer working set ("act" of one layer) is rebuilt for
     every layer and held to the end; its layer inputs ("ckpt") go one by one. So the deferral is
     (L - 1) / L x min(context gradients, layer inputs)."""
-    deferred, (op,), cost = _last_backward_deferral("full", 1)
+    deferred, (op,), cost, _ = _last_backward_deferral("full", 1)
     grads = sum(cost.buffer_bytes(b) for b in op.allocs if b.kind == "kv_grad")
     inputs = sum(cost.buffer_bytes(b) for b in op.frees if b.kind == "ckpt")
     layers = op.work.num_layers
