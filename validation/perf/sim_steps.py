@@ -1,0 +1,59 @@
+"""How many SimPy steps the replay of the 256-micro-batch Megatron plan takes (validation/perf/README.md),
+with waiters woken at the awaited op's simulated end (the engine) and, for comparison only, at
+once. Both give the same start and end of every op. Not a test.
+
+    python validation/perf/sim_steps.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import simpy  # noqa: E402
+
+from ltsim.costs import UnitCostModel  # noqa: E402
+from ltsim.model import get_model  # noqa: E402
+from ltsim.parallel import ParallelConfig  # noqa: E402
+from ltsim.sim import engine  # noqa: E402
+from ltsim.strategies import get_strategy  # noqa: E402
+from ltsim.strategies.base import PlanContext  # noqa: E402
+
+
+def main() -> None:
+    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=8),
+                      cost=UnitCostModel())
+    strategy = get_strategy("megatron-1f1b")
+    plan = strategy.plan((1,) * 256, ctx, strategy.parse({}))
+    compiled = engine.compile_plan(plan, UnitCostModel())
+    steps = [0]
+    step = simpy.Environment.step
+
+    def counting(env):
+        steps[0] += 1
+        return step(env)
+
+    def at_once(event, time_s):  # the comparison only: SimPy's clock no longer simulated time
+        event._ok, event._value = True, None
+        event.env.schedule(event, delay=0)
+
+    simpy.Environment.step = counting
+    try:
+        timed = engine.replay(compiled)
+        print(f"{len(compiled.steps)} ops; woken at the awaited op's end: {steps[0]} SimPy steps")
+        steps[0] = 0
+        fire_at = engine._At.fire_at
+        engine._At.fire_at = at_once
+        try:
+            eager = engine.replay(compiled)
+        finally:
+            engine._At.fire_at = fire_at
+        print(f"woken at once: {steps[0]} SimPy steps; same op times: {timed[:2] == eager[:2]}")
+    finally:
+        simpy.Environment.step = step
+
+
+if __name__ == "__main__":
+    main()
