@@ -1,14 +1,16 @@
 """Why (8K, 4) beats (2K, 16) in ChunkFlow's Table 6 setting: the per-op breakdown of stage 0.
 
-    python validation/papers/table6_breakdown.py
+    python validation/papers/table6_breakdown.py [--batch-size N]
 
 Qwen2.5-7B, 256K, <TP 4, PP 4>, selective recompute, the H100 preset (measured tables, FA2
-attention), the first sampled batch. For each (ChunkSize, K): how many compute ops stage 0 runs, their
-summed time by kind, the mean time of one forward, and the iteration time and bubble.
+attention), the first sampled batch of ``--batch-size`` sequences (the scenario's 256 unless
+given). For each (ChunkSize, K): how many compute ops stage 0 runs, their summed time by kind,
+the mean time of one forward, and the iteration time and bubble.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -22,13 +24,17 @@ CASES = [(2048, 16), (8192, 4), (32768, 1)]
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=256)
+    batch = parser.parse_args().batch_size
     print("| (ChunkSize, K) | chunks | stage-0 F / B / R ops | stage-0 F + B + R time (s) | mean F (ms) "
           "| iteration (s) | bubble |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for size, k in CASES:
         scenario = ltsim.load_scenario(ROOT / "scenarios/chunkflow/qwen2.5-7b-256k-chunkflow.toml",
                                        [f"strategy.chunk_size={size}", f"strategy.k={k}",
-                                        "workload.num_batches=1"])
+                                        "workload.num_batches=1",
+                                        f"workload.global_batch_size={batch}"])
         sim = run(scenario)
         plan, trace = sim.plans[0], sim.traces[0]
         stage0 = [e for e in trace.events if e.device == 0 and e.stream == "compute"]
