@@ -37,7 +37,8 @@ class CommCosts:
         self.buffer_bytes = buffer_bytes
         self.e = dtype_bytes(model.dtype)
         self.host = HostLink(profile.host_copies if profile is not None else {},
-                             cluster.device.host_link_bytes_per_s)
+                             cluster.device.host_link_bytes_per_s,
+                             profile.note if profile is not None else None)
 
     def scope(self, comm: Comm) -> str:
         gpn = self.cluster.gpus_per_node

@@ -50,6 +50,25 @@ def test_lookup_is_exact_at_measured_sizes_linear_between_and_at_the_end_bandwid
     assert link.time_s("d2h", 0, pinned=False) == 0.0
 
 
+def test_a_copy_priced_outside_the_measured_rows_says_so_once_per_kind(tmp_path):
+    """As the other tables' lookups outside their ranges do: below the smallest measured size (no
+    fixed latency), above the largest, and a pair the table lacks (the preset's link)."""
+    _write(tmp_path, "d2h,pageable,16777216,0.01\nd2h,pageable,67108864,0.03\n")
+    notes = []
+    link = HostLink(read_host_copies(tmp_path), 2e9, notes.append)
+    link.time_s("d2h", 32 * MIB, pinned=False)
+    assert notes == []
+    for size in (4 * MIB, 1 * MIB, 128 * MIB, 256 * MIB):
+        link.time_s("d2h", size, pinned=False)
+    link.time_s("h2d", 1e9, pinned=True)
+    assert sorted(set(notes)) == [
+        "host_copy: d2h (pageable) copies above the measured max 64 MiB priced at its bandwidth",
+        "host_copy: d2h (pageable) copies below the measured min 16 MiB priced at its bandwidth, "
+        "without a fixed latency",
+        "host_copy: no measured h2d copies through pinned memory; priced at the hardware preset's "
+        "host link, 2 GB/s"]
+
+
 @pytest.mark.parametrize("row, rule", [
     ("up,pageable,1024,0.1", "column 'direction' must hold one of d2h, h2d"),
     ("d2h,locked,1024,0.1", "column 'host_memory' must hold one of pageable, pinned"),
