@@ -105,13 +105,13 @@ def _check_coverage(plan: Plan):
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward. A
     mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
     stages = plan.num_stages  # a property over devices: once
-    covered = ({}, {})  # F, B: chunk * stages + stage -> token-layers (placement: 0 <= stage < stages)
+    covered = ({}, {})  # F, B: chunk * stages + stage -> token-layers (placement: stage < stages)
     weight: dict = {}  # per Work object: F and B of a chunk share one
     F, B = OpKind.F, OpKind.B
     for program in plan.programs:
         if program.stream != "compute":
             continue
-        width = plan.devices[program.device].cp_width  # placement: every op is its program's device's
+        width = plan.devices[program.device].cp_width  # placement: the ops are its device's
         for kind, stage, chunk, work, part in map(_COVERING, program.ops):
             if (kind is F or kind is B) and part in _COVERED_PARTS:
                 share = weight.get(id(work))

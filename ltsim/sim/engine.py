@@ -6,7 +6,7 @@ sender's comm stream for the link time; a collective with a group of several dev
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
 says; a backward over several layers charges part of its context K/V gradients at its end
-(``layerwise_deferrals``: they accrue layer by layer as its activations are released).
+(``layerwise_deferral``: they accrue layer by layer as its activations are released).
 
 How it runs (issue 13, validation/perf/README.md). The plan is first compiled to flat arrays:
 integer op ids, dependency id tuples, and durations and byte counts priced once per distinct
@@ -83,8 +83,8 @@ class Compiled:
 class Prices:
     """What a cost model said, by value: a compute op's duration and working-set bytes per (kind,
     cost shape, part, keep), comm durations per comm key, buffer bytes per shape, optimizer steps
-    per device, each with the notes (would-be warnings) computing it made. Values only, so sound for any plan priced
-    by a cost model of the same ``price_scope``: Engines of one scope share one
+    per device, each with the notes (would-be warnings) computing it made. Values only, so sound
+    for any plan priced by a cost model of the same ``price_scope``: Engines of one scope share one
     (``shared_prices``: the batches of a run, the points of a sweep, maxlen's probes), and the
     notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
     warns as if it had priced alone."""
@@ -190,6 +190,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     coll_kind = OpKind.COLL
     backward = OpKind.B
     opt = OpKind.OPT
+
     def device_bytes(buffers) -> int:
         return nbytes(buffers)[0]
 

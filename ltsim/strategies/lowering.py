@@ -125,7 +125,7 @@ def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks, plain:
         other = mem.chunk >= 0 and mem.chunk != action.chunk
         chunk = mem.chunk if other else work.chunk
         slices = chunks[chunk].slices if other else work.slices
-        pkey = (chunk, id(slices), work.layers, work.split)  # slices alive: chunks and works hold them
+        pkey = (chunk, id(slices), work.layers, work.split)  # chunks and works hold the slices
         base = plain.get(pkey)
         if base is None:
             base = plain[pkey] = (

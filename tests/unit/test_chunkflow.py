@@ -113,8 +113,8 @@ def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, list, object,
         "hardware.gpus_per_node=4", "strategy.k=1"])
     cost = make_cost_model(scenario)
     strategy = get_strategy("chunkflow")
-    plan = strategy.plan((32768,), PlanContext(model=scenario.model, parallel=scenario.parallel,
-                                                cost=cost), strategy.parse({"chunk_size": 8192, "k": 1}))
+    ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
+    plan = strategy.plan((32768,), ctx, strategy.parse({"chunk_size": 8192, "k": 1}))
     program = plan.program(0)
     deferrals = layerwise_deferrals(program.ops, lambda bufs: sum(map(cost.buffer_bytes, bufs)))
     ops = [op for op in program.ops if op.kind.value == "B" and op.chunk == 3]

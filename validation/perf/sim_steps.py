@@ -1,5 +1,5 @@
-"""How many SimPy steps the replay of the 256-micro-batch Megatron plan takes (validation/perf/README.md),
-with waiters woken at the awaited op's simulated end (the engine) and, for comparison only, at
+"""How many SimPy steps the replay of the 256-micro-batch Megatron plan takes
+(validation/perf/README.md), with waiters woken at the awaited op's simulated end (the engine) and, for comparison only, at
 once. Both give the same start and end of every op. Not a test.
 
     python validation/perf/sim_steps.py
