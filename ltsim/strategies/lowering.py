@@ -157,6 +157,8 @@ def add_p2p(draft: Draft) -> Draft:
     for device in draft.schedule.live_devices:
         prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
         nxt = chain.get((device.replica, device.cp_rank, device.stage + 1))
+        if prev is None and nxt is None:
+            continue  # a single stage: nothing to send or receive
         ops = draft.ops(device.index)
         # A chunk's input arrives before its first op that reads the stage input; its output leaves
         # after its last op that writes the stage output (several ops when a strategy splits layers).
