@@ -88,13 +88,19 @@ def _check_mirrors(plan: Plan):
         if unpaired:
             return f"{where}: device {min(unpaired)} repeats no device", None
         for src, dst in mirror.chunks:
-            if src not in chunks or dst not in chunks or (
-                    chunks[src].replica, chunks[dst].replica) != pair:
+            a, b = chunks.get(src), chunks.get(dst)
+            if a is None or b is None or a.replica != pair[0] or b.replica != pair[1]:
                 return f"{where}: chunk {dst} cannot repeat chunk {src}", None
-            source = layouts.get(src)
-            if source is None:
-                source = layouts[src] = layout(src)
-            if layout(dst) != source:
+            x, y = a.slices, b.slices
+            if len(x) == 1 == len(y):  # one sequence each (Megatron's micro-batches): directly
+                same = (x[0].start == y[0].start and x[0].stop == y[0].stop
+                        and lengths[x[0].seq] == lengths[y[0].seq])
+            else:
+                source = layouts.get(src)
+                if source is None:
+                    source = layouts[src] = layout(src)
+                same = layout(dst) == source
+            if not same:
                 return f"{where}: chunk {dst} does not have chunk {src}'s token layout", None
     return None
 
