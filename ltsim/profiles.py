@@ -55,8 +55,7 @@ __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_BOOL_MASK_KERNEL", "SDPA_KERNEL", "SDPA_KERNELS", "TABLE_COLUMNS", "Profile",
            "ProfileMeta", "Table", "available_profiles", "check_table", "load_profile",
            "read_host_copies", "read_meta", "read_optional_rows", "read_rows", "read_table",
-           "resolve_profile",
-           "write_meta", "write_table"]
+           "resolve_profile", "write_meta", "write_table"]
 
 
 # attention.csv's kernel for the executor's SDPA path: one torch SDPA call per slice of a packed

@@ -213,7 +213,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
                 if pending and i in pending:
                     free -= pending.pop(i)
             if work is not None and kind is not opt:  # priced once per shape; its working set
-                work_shape = shapes.get(id(work))  # is held while it runs
+                work_shape = shapes.get(id(work))  # is held while it runs (shape(), inline)
                 if work_shape is None:
                     work_shape = shapes[id(work)] = work.cost_shape()
                 pkey = (kind, work_shape, part, keep)

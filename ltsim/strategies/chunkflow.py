@@ -46,7 +46,7 @@ from ltsim.strategies.lowering import lower
 from ltsim.strategies.packing import POLICIES
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions
 from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
-                                      keep_policy, mems)
+                                      context_grads, keep_policy, mems)
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -109,12 +109,9 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
     bwd: list[list[Action]] = []
     for i in range(n - 1, -1, -1):
         c = ids[i]
-        # the last chunk's backward gives every earlier chunk its dK/dV; each of their gradients
-        # is a view of that backward's concatenated dK/dV (torch.cat's backward, kept as .grad by
-        # autograd), so the last chunk's own share of it ("kv_grad" of that chunk) stays until the
-        # first chunk's backward releases the last view
-        grads = (tuple(Mem("kv_grad", ids[j]) for j in range(i)) + (Mem("kv_grad", c),)
-                 if i == n - 1 and n > 1 else ())
+        # the last chunk's backward gives every earlier chunk its dK/dV; its own share of their
+        # concatenation stays until the first chunk's backward releases the last view of it
+        grads = context_grads(ids, i) if i == n - 1 else ()
         frees = ((mems("kv_grad") if i < n - 1 else ())
                  + ((Mem("kv_grad", ids[n - 1]),) if i == 0 and n > 1 else ()))
         deps = (op_key(device, stage, OpKind.B, ids[i + 1]),) if i < n - 1 else ()

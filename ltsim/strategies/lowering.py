@@ -118,21 +118,25 @@ def _work(action: Action, slices, chunk: int, device: Device, split: Split) -> W
 
 
 def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks, plain: dict) -> Buffer:
-    """The Buffer a Mem of ``action`` on ``work`` stands for. ``plain``: the Works that buffers
-    other than activations hold (chunk, slices, layers and split only), one per value, which the
-    K/V and gradients of a chunk and of the chunks after it share."""
-    if mem.kind != "act" and mem.layers is None and not mem.one_layer:
-        other = mem.chunk >= 0 and mem.chunk != action.chunk
+    """The Buffer a Mem of ``action`` on ``work`` stands for. Only activations depend on the keep
+    policy, the embedding / head and tiling: the other kinds hold a chunk's slices on a layer
+    range (``plain``: one Work per such value, which the K/V and gradients of a chunk and of the
+    chunks after it share)."""
+    other = mem.chunk >= 0 and mem.chunk != action.chunk
+    if mem.kind != "act":
         chunk = mem.chunk if other else work.chunk
         slices = chunks[chunk].slices if other else work.slices
-        pkey = (chunk, id(slices), work.layers, work.split)  # chunks and works hold the slices
-        base = plain.get(pkey)
+        layers = mem.layers or work.layers
+        if mem.one_layer:
+            layers = (layers[0], layers[0] + 1)
+        key = (chunk, id(slices), layers, work.split)  # chunks and works hold the slices
+        base = plain.get(key)
         if base is None:
-            base = plain[pkey] = (
-                work if not other and not (work.embed or work.head or work.tiling != NO_TILING)
-                else Work(chunk=chunk, slices=slices, layers=work.layers, split=work.split))
+            bare = not (work.embed or work.head or work.tiling != NO_TILING)
+            base = plain[key] = (work if not other and layers == work.layers and bare else
+                                 Work(chunk=chunk, slices=slices, layers=layers, split=work.split))
         return Buffer(mem.kind, base, Keep.ALL, mem.host)
-    if mem.chunk >= 0 and mem.chunk != action.chunk:
+    if other:
         work = Work(chunk=mem.chunk, slices=chunks[mem.chunk].slices, layers=work.layers,
                     split=work.split, embed=work.embed, head=work.head, tiling=work.tiling)
     if mem.layers is not None:  # part of the action's layers: embedding / head only at its ends
@@ -140,10 +144,6 @@ def _buffer(mem: Mem, action: Action, work: Work, device: Device, chunks, plain:
                            head=work.head and mem.layers[1] == work.layers[1])
     if mem.one_layer:  # a full recompute's working set: one layer, plus embedding input and logits
         work = one_layer_work(work, embed=device.embed, head=device.head)
-    if mem.kind != "act":  # only activations depend on the keep policy, embedding / head, tiling
-        if work.embed or work.head or work.tiling != NO_TILING:
-            work = Work(chunk=work.chunk, slices=work.slices, layers=work.layers, split=work.split)
-        return Buffer(mem.kind, work, Keep.ALL, mem.host)
     return Buffer(mem.kind, work, mem.keep or action.keep, mem.host)
 
 

@@ -82,6 +82,16 @@ def _mem(kind: str) -> Mem:
     return Mem(kind)
 
 
+def context_grads(ids: list[int], top: int) -> tuple[Mem, ...]:
+    """What the first backward of a sequence's chunks ``ids`` (that of ``ids[top]``) allocates: the
+    K/V gradients ("kv_grad") of every chunk before it, and its own share of their
+    concatenation, which stays while any of them lives (torch.cat's backward makes them views of
+    it, kept as .grad by autograd); nothing when no chunk precedes it (ChunkFlow, SeCO/SpaCO)."""
+    if top <= 0:
+        return ()
+    return tuple(Mem("kv_grad", ids[j]) for j in range(top)) + (Mem("kv_grad", ids[top]),)
+
+
 class Action(NamedTuple):
     """One compute step of a device. ``layers``/``slices``/``split`` default to the device's layer
     range, the chunk's slices and the layout's split; ``head`` False drops the LM head from a

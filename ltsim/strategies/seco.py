@@ -33,7 +33,7 @@ from ltsim.strategies.chunking import split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
-                                      keep_policy, mems)
+                                      context_grads, keep_policy, mems)
 
 NAME = "seco"
 
@@ -105,10 +105,8 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
     bwd: list[list[Action]] = []
     for rank, i in enumerate(reversed(chosen)):
         c = ids[i]
-        # the top chunk's own share of its concatenated dK/dV stays with the earlier chunks'
-        # gradients, views of it, until the last backward (as in chunkflow.group_actions)
-        grads = (tuple(Mem("kv_grad", ids[j]) for j in range(i)) + (Mem("kv_grad", c),)
-                 if i == top and i > 0 else ())
+        # the top chunk's own share of its concatenated dK/dV stays until the last backward
+        grads = context_grads(ids, i) if i == top else ()
         own = mems("kv_grad") if i < top else ()
         last = rank == len(chosen) - 1
         pinned = (Mem("kv_grad", ids[top]),) if last and top > 0 else ()

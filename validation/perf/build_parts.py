@@ -21,13 +21,19 @@ from ltsim.strategies import get_strategy  # noqa: E402
 from ltsim.strategies.base import PlanContext  # noqa: E402
 
 
-def main() -> None:
+def megatron_plan():
+    """The 256-micro-batch, pp 8 Megatron 1F1B plan on the unit preset (bench_engine.py's first
+    case), with what built it: (plan, strategy, batch, context, options)."""
     ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=8),
                       cost=UnitCostModel())
     strategy = get_strategy("megatron-1f1b")
     options = strategy.parse({})
     batch = (1,) * 256
-    plan = strategy.plan(batch, ctx, options)
+    return strategy.plan(batch, ctx, options), strategy, batch, ctx, options
+
+
+def main() -> None:
+    plan, strategy, batch, ctx, options = megatron_plan()
     made = [0]
     real = plan_module._tuple_new  # every Op (Op(), make_op, with_deps, evolve) is made here
 

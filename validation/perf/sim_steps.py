@@ -1,6 +1,6 @@
 """How many SimPy steps the replay of the 256-micro-batch Megatron plan takes
-(validation/perf/README.md), with waiters woken at the awaited op's simulated end (the engine) and, for comparison only, at
-once. Both give the same start and end of every op. Not a test.
+(validation/perf/README.md), with waiters woken at the awaited op's simulated end (the engine)
+and, for comparison only, at once. Both give the same start and end of every op. Not a test.
 
     python validation/perf/sim_steps.py
 """
@@ -14,19 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import simpy  # noqa: E402
 
+from build_parts import megatron_plan  # noqa: E402 (beside this script)
 from ltsim.costs import UnitCostModel  # noqa: E402
-from ltsim.model import get_model  # noqa: E402
-from ltsim.parallel import ParallelConfig  # noqa: E402
 from ltsim.sim import engine  # noqa: E402
-from ltsim.strategies import get_strategy  # noqa: E402
-from ltsim.strategies.base import PlanContext  # noqa: E402
 
 
 def main() -> None:
-    ctx = PlanContext(model=get_model("qwen2.5-7b"), parallel=ParallelConfig(pp=8),
-                      cost=UnitCostModel())
-    strategy = get_strategy("megatron-1f1b")
-    plan = strategy.plan((1,) * 256, ctx, strategy.parse({}))
+    plan = megatron_plan()[0]
     compiled = engine.compile_plan(plan, UnitCostModel())
     steps = [0]
     step = simpy.Environment.step
