@@ -167,17 +167,11 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             hit = optimizer.get(device)
             if hit is None:
                 hit = optimizer[device] = noted(cost.optimizer_s, device)
-        elif op.comm is not None:  # by shape and GPUs (cheap: shapes are cached per Work), then
-            comm = op.comm  # by comm_key, which sends on other GPUs share
-            pkey = ("comm", comm.collective, comm.tensor, shape(comm.work), comm.group_size,
-                    comm.steps, comm.gpus, comm.pinned)
-            hit = durations.get(pkey)
+        elif op.comm is not None:  # by comm_key, which sends on other GPUs share (a key by
+            ckey = cost.comm_key(op.comm)  # shape and GPUs first cost as much as it saved)
+            hit = durations.get(ckey)
             if hit is None:
-                ckey = ("comm", cost.comm_key(comm))
-                hit = durations.get(ckey)
-                if hit is None:
-                    hit = durations[ckey] = noted(duration_s, cost, op)
-                durations[pkey] = hit
+                hit = durations[ckey] = noted(duration_s, cost, op)
         else:
             return duration_s(cost, op)  # raises: the op carries neither
         if hit[1]:
