@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ltsim.cli_paths import check_distinct, check_folder, check_output, written
+from ltsim.cli_paths import check_distinct, check_folder, check_output, folder_arg, written
 from ltsim.cli_progress import batch_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
 
@@ -35,6 +35,8 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
 def _file_arg(text: str) -> Path:
     """An output file's path; one that ends in a slash names a folder (Path would drop the slash
     and write a file of the folder's name)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a file name (got an empty name)")
     if text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a file name, not a folder (it ends "
                                          "in a slash)")
@@ -89,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario")
     p.add_argument("--profile", required=True, help="profile directory or name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out", type=Path, help="directory for the table, figure and summary")
+    p.add_argument("--out", type=folder_arg, help="directory for the table, figure and summary")
     p.add_argument("--tolerance", type=float, default=0.10, help="relative error allowed")
     p = sub.add_parser("check", help="CI regression of predicted speedups")
     p.add_argument("file", type=Path)
@@ -185,6 +187,8 @@ def _inputs(path: str, scenario: Any) -> tuple[Path, ...]:
     from ltsim.profiles import resolve_profile
 
     out = [Path(path)]
+    if scenario.source:  # where it was found (a bundled scenario when the path did not exist)
+        out.append(Path(scenario.source))
     if scenario.workload.dataset:
         out.append(expand_user(scenario.workload.dataset))
     if not scenario.cluster.device.is_unit:
@@ -264,12 +268,20 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ltsim.report import compare_rows, format_compare
-    from ltsim.scenario import load_scenario
+    from ltsim.scenario import load_scenario, parse_override
     from ltsim.runner import first_plan, make_cost_model, run
 
     base = load_scenario(args.scenario, args.set)
     scenarios = []  # every strategy checked before the first simulation runs
-    for name, opts in parse_strategy_list(args.strategies):
+    listed = parse_strategy_list(args.strategies)
+    taken = {k for name, _ in listed for k in _shared_options(base.strategy_options, name)}
+    for text in args.set or []:  # a --set no compared strategy reads would be dropped silently
+        key = parse_override(text)[0]
+        if key.startswith("strategy.") and key.removeprefix("strategy.") not in taken:
+            raise ConfigError("--set", "an option one of the compared strategies takes (--strategies "
+                              "names the strategies)", text, "give each strategy its options in "
+                              "--strategies, e.g. chunkflow:k=2")
+    for name, opts in listed:
         keep = _shared_options(base.strategy_options, name)
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
         label = name + "".join(f" {k}={v}" for k, v in opts.items())

@@ -4,6 +4,7 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import shutil
@@ -29,28 +30,31 @@ def check_figure_suffix(path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix in _FIGURE_SUFFIXES:
         return
+    example = path.with_suffix(".png") if path.stem and not path.name.startswith(".") else (
+        path.with_name("figure.png"))
     if suffix:
         from matplotlib import rcParams
         from matplotlib.backend_bases import FigureCanvasBase
 
         if suffix == ".pgf" and not shutil.which(tex := rcParams["pgf.texsystem"]):
             raise ConfigError("--plot", "a figure format this machine can write", str(path),
-                              f"e.g. --plot {path.with_suffix('.pdf')}",
+                              f"e.g. --plot {example.with_suffix('.pdf')}",
                               context=f"matplotlib writes .pgf through {tex}, which is not installed")
         if suffix[1:] in FigureCanvasBase.get_supported_filetypes():
             return
     raise ConfigError("--plot", "a file name ending in a figure format (.png, .pdf, .svg, ...)",
-                      str(path), f"e.g. --plot {path.with_suffix('.png')}")
+                      str(path), f"e.g. --plot {example}")
 
 
 def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = ()) -> None:
-    """Outputs go to distinct files, none of them an input (a scenario overwritten is lost)."""
+    """Outputs go to distinct files, none of them an input (a scenario overwritten is lost): by
+    resolved path, and by the file itself where both exist (a hard link is another name for it)."""
     seen: dict[Path, str] = {}
     for flag, path in outputs.items():
         if path is None:
             continue
         where = path.resolve()
-        if any(where == p.resolve() for p in inputs):
+        if any(where == p.resolve() or _same_file(path, p) for p in inputs):
             raise ConfigError(flag, "a file other than the command's input", str(path),
                               "choose another file name (the input would be overwritten)")
         if where in seen:
@@ -59,12 +63,22 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
         seen[where] = flag
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def check_output(flag: str, path: Path | None) -> None:
     """An output path is checked before the work starts: a file name (not a folder) whose folder
     exists or can be made; a figure's in a format matplotlib writes. Raises ConfigError (also for
     a path the system refuses to look at: too long, a folder without permission)."""
     if path is None:
         return
+    if path.name in ("", ".", ".."):  # '' reads as '.': the current folder, not a file
+        raise ConfigError(flag, "a file path", str(path),
+                          f"name a file, e.g. {flag} {_EXAMPLE_NAMES.get(flag, 'out')}")
     if flag == "--plot":
         check_figure_suffix(path)
     try:
@@ -88,6 +102,15 @@ def _check_output(flag: str, path: Path) -> None:
     except OSError as exc:
         raise ConfigError(flag, "a path whose folder exists or can be created", str(path),
                           "choose a writable folder", context=exc.strerror or "") from None
+
+
+def folder_arg(text: str) -> Path:
+    """An output folder's path (argparse type): an empty one would read as '.', the current
+    folder, and fill it with files nobody asked for there."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a folder (got an empty name; write . for the "
+                                         "current folder)")
+    return Path(text)
 
 
 def check_folder(flag: str, path: Path | None) -> None:

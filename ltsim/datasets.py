@@ -385,7 +385,7 @@ def _line_of(text: str) -> Callable[[int], str]:
 
 def _read_text(path: str) -> str:
     try:
-        return read_input(path).decode("utf-8")
+        return read_input(path).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ConfigError(KEY, "a UTF-8 text file", path,
                           "give a text file, or a .parquet table for binary data") from None

@@ -127,7 +127,7 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            "directory written by `ltsim profile` or a script under profiles/")
     fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
-        data = json.loads(_read_bounded(path, "meta.json", fix).decode("utf-8"))
+        data = json.loads(_read_bounded(path, "meta.json", fix).decode("utf-8-sig"))
         meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
@@ -221,7 +221,7 @@ def read_rows(directory: str | Path, name: str) -> Table:
                            f"profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
-        text = _read_bounded(path, f"table '{name}'", fix).decode("utf-8")
+        text = _read_bounded(path, f"table '{name}'", fix).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: table '{name}' must be UTF-8 CSV text. {fix}") from None
     except OSError as exc:

@@ -126,7 +126,7 @@ def read_text_file(path: Path, key: str, what: str) -> str:
         raise ConfigError(key, f"a readable {what}", str(path), "check the path and the file",
                           context=exc.strerror or type(exc).__name__) from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a leading BOM (Windows editors) is not content
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(key, f"a UTF-8 text {what}", str(path), "save it as UTF-8 (or check "
@@ -306,7 +306,14 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
     name = strategy.pop("name")
     from ltsim.strategies import get_strategy  # strategies sit below scenario; import on use
 
-    get_strategy(name).parse(strategy)  # validate options now, at load time
+    chosen = get_strategy(name)
+    chosen.parse(strategy)  # validate options now, at load time
+    given_kind = par_raw.get("cp_kind")
+    if chosen.cp_kind and given_kind is not None and given_kind != chosen.cp_kind:
+        raise ConfigError("parallel.cp_kind", f"{chosen.cp_kind!r} or left out ({name} always runs "
+                          f"{chosen.cp_kind} sequence parallelism over parallel.cp)", given_kind,
+                          "remove parallel.cp_kind, or compare with a ring-CP strategy such as "
+                          "megatron-1f1b or deepspeed-cp")
     if per_replica:
         if parallel.dp > MAX_BATCH_SEQUENCES:
             raise ConfigError("hardware.num_nodes", f"a cluster of at most {MAX_BATCH_SEQUENCES:,} "
@@ -323,6 +330,10 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
             raise ConfigError("workload.global_batch_size", "given with workload.dataset (how many "
                               "sequences a global batch draws)", None,
                               "add global_batch_size = 256 (or your batch) to [workload]")
+    elif work.get("fixed_length") and "global_batch_size" not in work and not work["lengths"]:
+        raise ConfigError("workload.global_batch_size", "given with workload.fixed_length (how "
+                          "many sequences of that length a global batch holds)", None,
+                          "add global_batch_size = 8 (or your batch) to [workload]")
     workload = Workload(**work).validate()
     if parallel.dp > workload.batch_size:
         raise ConfigError("workload.global_batch_size", f"at least parallel.dp = {parallel.dp}",

@@ -13,14 +13,18 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
+from ltsim.cli_paths import folder_arg
+
 
 def _tp_list(text: str) -> list[int]:
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in text.split(",")]  # an empty item is an error, as in --grid
     except ValueError:
         raise argparse.ArgumentTypeError(f"'--tp' must be comma-separated integers (got {text!r})")
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"'--tp' must be positive integers (got {text!r})")
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"'--tp' must name each degree once (got {text!r})")
     return values
 
 
@@ -28,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `ltsim profile` options to `parser`."""
     parser.add_argument("--device", required=True, choices=("cpu", "cuda"),
                         help="where to measure")
-    parser.add_argument("--out", required=True, type=Path, help="profile directory to write")
+    parser.add_argument("--out", required=True, type=folder_arg, help="profile directory to write")
     parser.add_argument("--model", dest="models", action="append", default=[], metavar="PRESET",
                         help="catalog model whose shapes to measure (repeatable; default: "
                         "llama-tiny and llama-small on cpu, qwen2.5-7b on cuda)")

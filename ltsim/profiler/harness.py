@@ -121,9 +121,11 @@ def _run_jobs(jobs: list[TableJob], *, device: str, torch_device: torch.device, 
                            software=software, tables={**tables, **skipped_tables},
                            command=command, notes=_notes(pending, skipped))
 
+    kept = {job.name: _kept(previous.get(job.name), args, job.name) for job in jobs
+            if resume and table_done(out, job.name)}  # all checked before anything is written
     for position, job in enumerate(jobs):
-        if resume and table_done(out, job.name):
-            tables[job.name] = _kept(previous.get(job.name), args, job.name)
+        if job.name in kept:
+            tables[job.name] = kept[job.name]
             log.info("%s: kept from the earlier run", job.name)
             bar.line(f"{job.name}: kept from the earlier run")
             continue
@@ -284,21 +286,31 @@ def _torch_device(device: str) -> torch.device:
 
 
 def _previous_tables(out: Path) -> dict[str, dict[str, Any]]:
+    """The provenance of the tables in ``out`` (none when it has no meta.json yet); raises
+    ConfigError when its meta.json does not read back (a table could not be checked)."""
+    if not (out / "meta.json").exists():
+        return {}
     try:
         return read_meta(out).tables
     except ProfileError:
-        return {}
+        raise ConfigError("--resume", "a folder whose meta.json reads back (it records how each "
+                          "kept table was measured)", str(out / "meta.json"),
+                          "re-run without --resume into a new directory, or delete the folder's "
+                          "meta.json and tables") from None
 
 
 def _kept(previous: dict[str, Any] | None, args: dict[str, Any], name: str) -> dict[str, Any]:
     """The provenance of a table kept by --resume; raises ConfigError when it was made differently."""
-    if previous is None:
+    if not isinstance(previous, dict):
         return {"method": "measured", "notes": "kept by --resume; meta.json had no provenance"}
-    earlier = previous.get("args") or {}
-    if any(earlier.get(key, value) != value for key, value in args.items()):
-        raise ConfigError("--resume", f"used with the arguments that wrote {name}.csv "
-                          f"({earlier})", args,
-                          "re-run with those arguments, or without --resume into a new directory")
+    earlier = previous.get("args")
+    earlier = earlier if isinstance(earlier, dict) else {}
+    differ = [key for key, value in args.items() if earlier.get(key, value) != value]
+    if differ:  # named, not quoted: meta.json is a file the command was pointed at
+        raise ConfigError("--resume", f"used with the arguments that wrote {name}.csv (these "
+                          f"differ: {', '.join(differ)})", args,
+                          "re-run with the arguments its meta.json records, or without --resume "
+                          "into a new directory")
     return previous
 
 

@@ -4,7 +4,8 @@ A strategy is a module with ``NAME``, a frozen ``Options`` dataclass and
 ``plan(batch, ctx, options) -> Plan``, and optionally ``BATCHING``: the workload batching its
 global batches are sampled with (LongAlign's sorted groups), and ``check_batch(batch, ctx,
 options)``: the size check its ``plan`` makes first, which a run makes for every batch before it
-plans any (a batch too large to plan fails before the progress lines of earlier ones). It never
+plans any (a batch too large to plan fails before the progress lines of earlier ones), and
+``CP_KIND``: the context-parallel kind it always runs (a scenario naming the other is refused). It never
 talks to the engine or to torch.
 """
 
@@ -29,6 +30,7 @@ class Strategy:
     plan_fn: Callable[[tuple[int, ...], PlanContext, Any], Plan]
     batching: str | None = None  # the workload batching this strategy needs, if any
     check_fn: Callable[[tuple[int, ...], PlanContext, Any], None] | None = None
+    cp_kind: str | None = None  # the CP kind it always runs, whatever parallel.cp_kind says
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)
@@ -45,7 +47,7 @@ class Strategy:
 
 def _entry(module: ModuleType) -> Strategy:
     return Strategy(module.NAME, module.Options, module.plan, getattr(module, "BATCHING", None),
-                    getattr(module, "check_batch", None))
+                    getattr(module, "check_batch", None), getattr(module, "CP_KIND", None))
 
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (

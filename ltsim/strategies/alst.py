@@ -41,6 +41,7 @@ from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chun
                                       ulysses_layout)
 
 NAME = "alst"
+CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, never ring
 _ACT = Mem("act", keep=Keep.ALL)  # a layer's activations while its recompute's graph lives
 
 

@@ -20,6 +20,7 @@ from ltsim.strategies.infinipipe import ulysses_layout
 from ltsim.strategies.lowering import lower
 
 NAME = "deepspeed-ulysses"
+CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, never ring
 __all__ = ["NAME", "Options", "plan"]
 
 

@@ -53,6 +53,7 @@ from ltsim.strategies.pipeline import kept_actions
 from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy
 
 NAME = "flexsp"
+CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, never ring
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
 
 

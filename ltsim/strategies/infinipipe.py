@@ -56,6 +56,7 @@ from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, mems
 
 NAME = "infinipipe"
+CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, never ring
 MAX_SLICES = 64  # the auto search's ceiling on N
 MIN_SLICE_TOKENS = 128  # nor does it cut slices shorter (kernels there are launch-bound)
 _PATIENCE = 2  # N values in a row without improvement that end the search

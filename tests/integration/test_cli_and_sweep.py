@@ -290,6 +290,23 @@ tolerance = 0.01
     assert "expected_speedup = 1.2174" in bad.read_text()
 
 
+def test_check_update_still_fails_a_candidate_that_does_not_fit(tmp_path, capsys):
+    """--update records the new speedup and drops only the drift from the old one: a candidate
+    that does not fit still fails (exit 1), as it does without --update."""
+    path = tmp_path / "r.toml"
+    path.write_text(f'''[[case]]
+name = "nofit"
+baseline = "{REPO}/scenarios/examples/chunkflow-fig2-baseline.toml"
+candidate = "{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"
+expected_speedup = 1.5
+set = ["hardware.memory_limit_gib=1e-9"]
+''')
+    assert main(["check", str(path), "--update"]) == 1
+    out = capsys.readouterr().out
+    assert "candidate does not fit" in out and "drifts" not in out
+    assert "expected_speedup = 1.2174" in path.read_text()
+
+
 def test_grid_syntax_errors(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.k"]) == 2

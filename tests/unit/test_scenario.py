@@ -39,6 +39,18 @@ def test_loads_presets_and_derives_dp(tmp_path):
     assert scenario.workload.lengths == (4, 2, 1, 1)
 
 
+def test_a_leading_byte_order_mark_is_not_content(tmp_path):
+    """Windows editors save UTF-8 with a BOM; the scenario and its length file still read."""
+    (tmp_path / "l.txt").write_bytes(b"\xef\xbb\xbf4\n2\n")
+    path = tmp_path / "s.toml"
+    text = BASE.replace("lengths = [4, 2, 1, 1]", 'dataset = "l.txt"\nglobal_batch_size = 4')
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    scenario = load_scenario(path)
+    assert scenario.name == "t"
+    batch = scenario.workload.sample(0)[0]  # drawn from the file's two lengths
+    assert len(batch) == 4 and set(batch) <= {2, 4}
+
+
 def test_override_uses_toml_syntax(tmp_path):
     scenario = load_scenario(_write(tmp_path, BASE), ["parallel.pp=2", "workload.lengths=[3,3]"])
     assert scenario.parallel.pp == 2 and scenario.parallel.dp == 2

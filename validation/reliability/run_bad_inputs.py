@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -37,12 +38,20 @@ OUT = REPO / "validation" / "reliability.md"
 SECRET = "SECRET-do-not-echo-7f3a"
 QS = "scenarios/quickstart.toml"                     # 8 H100s, Qwen2.5-7B (28 heads, 4 KV heads)
 FIG6 = "scenarios/examples/chunkflow-fig6-cs2-k1.toml"  # unit costs: fast
+FIG2 = "scenarios/examples/chunkflow-fig2-baseline.toml"  # unit costs: fast
 TINY = "scenarios/examples/cpu-llama-tiny-chunkflow.toml"  # reads the optional eager tables
 LONG = "n" * 300  # a file name longer than any file system takes (ENAMETOOLONG)
 EPP = "scenarios/infinipipe/gpt-7b-64k-infinipipe.toml"  # InfiniPipe: MILP options
 DIR = object()  # a file spec: make a directory
 FIFO = object()  # a file spec: make a named pipe (reading or writing it would wait for the other end)
 KERNEL = "/proc/kmsg"  # looks like an empty regular file; a read waits for the kernel's next message
+
+
+@dataclass(frozen=True)
+class HardLink:
+    """A file spec: a hard link to ``target``, a file made before it under {tmp}."""
+
+    target: str
 
 
 @dataclass(frozen=True)
@@ -475,6 +484,38 @@ CASES: tuple[Case, ...] = (
                           f"d2h,{SECRET},1024,1e-6\n"),))),)),
     Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "host_copy.csv",
          (("p", Profile((("host_copy.csv", "direction,bytes,time_s\nd2h,1024,1e-6\n"),))),)),
+    # -- found by a probe of 826 new inputs (2026-11-24, a fifth session) --------------------------------
+    *(Case("output path", command, flag) for command, flag in (
+        (f"simulate {FIG6} --plot ''", "--plot"),
+        (f"simulate {FIG6} --plot .", "--plot"),
+        (f"sweep {FIG6} --grid strategy.k=1,2 --plot ..", "--plot"),
+        (f"maxlen {QS} --plot ''", "--plot"),
+        ("workload describe lmsys-chat-1m --plot .", "--plot"),
+        (f"validate {TINY} --profile cpu-ci --out ''", "--out"),
+        ("profile --device cpu --quick --out ''", "--out"))),
+    *(Case("output path", command, flag, (("s.toml", (REPO / FIG2).read_text() + f"# {SECRET}\n"),
+                                          (name, HardLink("s.toml"))))
+      for command, flag, name in (
+        ("simulate {tmp}/s.toml --trace {tmp}/hard.json", "--trace", "hard.json"),
+        ("simulate {tmp}/s.toml --plot {tmp}/hard.png", "--plot", "hard.png"),
+        ("export {tmp}/s.toml --format torch-pipelining --out {tmp}/hard.csv", "--out", "hard.csv"))),
+    # the scenario found among the bundled ones (the path does not exist from here) is an input too
+    Case("output path", f"export {FIG2.removeprefix('scenarios/')} --format torch-pipelining "
+         f"--out {REPO / FIG2}", "--out"),
+    Case("command line", "profile --device cpu --quick --out {tmp}/p --tp 1,,2", "--tp"),
+    Case("command line", "profile --device cpu --quick --out {tmp}/p --tp 1,1", "--tp"),
+    Case("command line", "profile --device cpu --quick --out {tmp}/p --resume", "--resume",
+         (("p", Profile((("meta.json", json.dumps(SECRET)),))),)),
+    Case("command line", "profile --device cpu --quick --out {tmp}/p --resume", "--resume",
+         (("p", Profile((("meta.json", _META.replace('"llama-tiny"', f'"{SECRET}"')),))),)),
+    Case("ltsim check", "check {tmp}/r.toml", "case[0].candidate",
+         (("r.toml", _check_file(_CASE.replace("scenarios/examples/chunkflow-fig6-cs2-k2.toml",
+                                               QS))),)),
+    Case("strategy", f"compare {QS} --strategies megatron-1f1b --set strategy.k=2", "--set"),
+    Case("strategy", "simulate scenarios/infinipipe/gpt-7b-64k-flexsp.toml --set parallel.cp_kind=ring",
+         "parallel.cp_kind"),
+    Case("scenario file", f"simulate {FIG6} --set workload.fixed_length=4",
+         "workload.global_batch_size"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -496,6 +537,8 @@ def prepare(case: Case, tmp: Path) -> list[str]:
             os.mkfifo(path)
         elif isinstance(spec, Link):
             path.symlink_to(spec.target)
+        elif isinstance(spec, HardLink):
+            os.link(tmp / spec.target, path)
         elif isinstance(spec, Sparse):
             with open(path, "wb") as handle:
                 handle.truncate(spec.size)
