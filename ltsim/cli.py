@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ltsim.cli_paths import check_distinct, check_folder, check_output, folder_arg, written
+from ltsim.cli_paths import check_distinct, check_folder, check_output, written
 from ltsim.cli_progress import batch_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
+from ltsim.files import folder_arg
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 

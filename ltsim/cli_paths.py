@@ -4,7 +4,6 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import shutil
@@ -102,15 +101,6 @@ def _check_output(flag: str, path: Path) -> None:
     except OSError as exc:
         raise ConfigError(flag, "a path whose folder exists or can be created", str(path),
                           "choose a writable folder", context=exc.strerror or "") from None
-
-
-def folder_arg(text: str) -> Path:
-    """An output folder's path (argparse type): an empty one would read as '.', the current
-    folder, and fill it with files nobody asked for there."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must name a folder (got an empty name; write . for the "
-                                         "current folder)")
-    return Path(text)
 
 
 def check_folder(flag: str, path: Path | None) -> None:

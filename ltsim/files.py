@@ -8,6 +8,7 @@ message naming the key and the file, instead of hanging the command.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import stat
@@ -58,3 +59,12 @@ def expand_user(path: str | os.PathLike) -> Path:
         return Path(path).expanduser()
     except RuntimeError:  # "Could not determine home directory."
         return Path(path)
+
+
+def folder_arg(text: str) -> Path:
+    """An output folder's path (argparse type): an empty one would read as '.', the current
+    folder, and fill it with files nobody asked for there."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a folder (got an empty name; write . for the "
+                                         "current folder)")
+    return Path(text)

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from ltsim.cli_paths import folder_arg
+from ltsim.files import folder_arg
 
 
 def _tp_list(text: str) -> list[int]:
