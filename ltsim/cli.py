@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name a terminal cannot show is escaped, not fatal
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"] and len(argv) > 1:  # argparse would print it and drop the rest
+        print(f"ltsim: error: --version takes no other arguments (got {' '.join(argv[1:])}). Fix: "
+              "run `ltsim --version` alone", file=sys.stderr)
+        return EXIT_BAD_INPUT
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # named by the command they were given to, as its own usage errors are
         print(f"ltsim {args.command}: error: unrecognized arguments: {' '.join(unknown)}. Fix: see "

@@ -39,11 +39,22 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 # bias; the CPU flash kernel with a bottom-right mask), a kernel of their own (profiles.py)
 CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
 ATTENTION_MASKS = ("is_causal", "causal_bottom_right", *CONTEXT_MASKS, None)
+# the names the cost model looks rows up by: a row of another name would be ignored without a
+# word (a misspelt 'rmsnorm' drops the norms' time from every layer)
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+              "alltoall": "all_to_all", "all2all": "all_to_all", "p2p": "send_recv",
+              "sendrecv": "send_recv"}
+ELEMENTWISE_OPS = ("rmsnorm", "residual_add", "swiglu", "rope", "layernorm", "gelu")
+EAGER_OPS = ("F", "F_discard", "FB", "FdRB")  # ltsim/costs/eager.py
+OPTIMIZERS = ("adam", "sgd")
 CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
     "attention": {"pass": ("fwd", "bwd"), "mask": ATTENTION_MASKS},
     "gemm_bwd": {"pass": ("dgrad", "wgrad")},
-    "collectives": {"scope": ("intra", "inter")},
-    "eager": {"stage": ("first", "middle", "last", None)},  # blank: a middle stage
+    "collectives": {"scope": ("intra", "inter"), "op": (*COLLECTIVE_OPS, *OP_ALIASES)},
+    "eager": {"stage": ("first", "middle", "last", None), "op": EAGER_OPS},  # blank: a middle stage
+    "elementwise": {"op": ELEMENTWISE_OPS, "pass": ("fwd", "bwd")},
+    "optimizer": {"optimizer": OPTIMIZERS},
     "host_copy": {"direction": ("d2h", "h2d"), "host_memory": ("pageable", "pinned")},
 }
 # columns every row must fill with a whole number of at least this: sizes and counts (where

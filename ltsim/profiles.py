@@ -13,7 +13,10 @@ A profile is a directory holding ``meta.json`` and CSV tables whose column names
   Y[T,N] = X[T,K] W^T: ``dgrad`` dX = dY W (m=T, n=K, k=N) and ``wgrad`` dW = dY^T X (m=N, n=K,
   k=T). ``gemm_backward_time_s`` looks them up by the forward's (T, N, K); without the table a
   backward costs two forwards
-- optional tables the cost model uses (``elementwise.csv``, ``memory.csv``) with the same rules.
+- optional tables the cost model uses, checked by the same rules (ltsim.profile_files):
+  ``elementwise.csv``, ``eager.csv``, ``optimizer.csv``, ``host_copy.csv``. The profiler also
+  writes ``memory.csv`` and ``attention_varlen.csv`` for comparison; the simulator never reads
+  them (the memory model is analytic, ltsim/memory.py), so their values are not checked.
 
 Every table may carry extra columns (``source``, ``method`` = measured|published|analytic,
 ``time_s_spread``, ``kernel``); ``meta.json`` records the provenance of every table.
@@ -47,8 +50,8 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # kernel from the is_causal rows on the diagonal; they are looked up as kernel
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
-from ltsim.profile_files import (CONTEXT_MASKS, METHODS, TABLE_COLUMNS, ProfileMeta, Table,
-                                 check_table, read_host_copies, read_meta, read_optional_rows,
+from ltsim.profile_files import (COLLECTIVE_OPS, CONTEXT_MASKS, METHODS, OP_ALIASES,
+                                 TABLE_COLUMNS, ProfileMeta, Table, check_table, read_host_copies, read_meta, read_optional_rows,
                                  read_rows, read_table, write_meta, write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
@@ -69,10 +72,6 @@ SDPA_KERNEL = "torch_sdpa"
 SDPA_BOOL_MASK_KERNEL = "torch_sdpa_boolmask"
 SDPA_KERNELS = (SDPA_KERNEL, SDPA_BOOL_MASK_KERNEL)
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-              "alltoall": "all_to_all", "all2all": "all_to_all", "p2p": "send_recv",
-              "sendrecv": "send_recv"}
 
 
 def bus_factor(op: str, group_size: int) -> float:

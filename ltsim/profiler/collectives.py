@@ -28,10 +28,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ltsim.errors import ProfileError
+from ltsim.profile_files import COLLECTIVE_OPS
 from ltsim.profiler.tables import Advance, Emit, Point, Row, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, TimingPlan, summarize
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+OPS = COLLECTIVE_OPS  # every op the cost model looks up
 KEY_FIELDS = ("op", "group_size", "bytes", "dtype")
 TIMEOUT = timedelta(seconds=300)
 

@@ -37,15 +37,14 @@ import torch
 from ltsim.executor.model import Transformer, pack_chunk
 from ltsim.executor.state import StateStore, backward_chunk, forward_chunk, recompute_chunk
 from ltsim.model import get_model
+from ltsim.profile_files import EAGER_OPS, OPTIMIZERS
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case
 
-EAGER_OPS = ("F", "F_discard", "FB", "FdRB")
 EAGER_KEY_FIELDS = ("model", "op", "layers", "num_tokens", "dtype", "stage", "context_tokens")
 CONTEXT_OPS = ("F", "FB")  # with context; R and F_discard take F's rows (ltsim/costs/eager.py)
 LAYERS = (1, 2)
-OPTIMIZERS = ("adam", "sgd")
 OPTIMIZER_KEY_FIELDS = ("model", "optimizer", "layers", "dtype")
 IMPLEMENTATION = "torch foreach=False, states in the parameter dtype"
 

@@ -118,6 +118,16 @@ def test_unrecognized_arguments_are_named_by_their_command(capsys, argv, command
     assert f"see `ltsim {command} --help`" in err and len(err.strip().splitlines()) == 1
 
 
+def test_version_with_other_arguments_is_refused(capsys):
+    """argparse prints the version and drops what follows; `ltsim --version extra` is refused."""
+    assert main(["--version", "extra"]) == 2
+    err = capsys.readouterr().err
+    assert "--version takes no other arguments (got extra)" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("ltsim ")
+
+
 def test_missing_file_exit_code(capsys):
     assert main(["simulate", "no/such/file.toml"]) == 2
     assert "an existing TOML file" in capsys.readouterr().err
