@@ -8,6 +8,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ltsim.costs import UnitCostModel
 from ltsim.plan import Keep, OpKind, Slice
@@ -15,7 +17,7 @@ from ltsim.runner import run
 from ltsim.scenario import load_scenario
 from ltsim.sim.engine import Engine
 from ltsim.strategies import REGISTRY, epp, infinipipe
-from ltsim.strategies.epp_chunking import chunk_balanced, mesh, split_on_mesh
+from ltsim.strategies.epp_chunking import chunk_balanced, first_reaching, mesh, split_on_mesh
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import Action, Schedule
@@ -152,6 +154,51 @@ def test_mesh_example_and_balance():
         times.append(quadratic((Slice(0, start, start + size),)))
         start += size
     assert max(times) / min(times) < 1.001
+
+
+def _bisect(f, target, lo, hi):
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if f(mid) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.integers(0, 5), min_size=1, max_size=400), lo=st.integers(1, 50),
+       span=st.integers(0, 400), target=st.floats(-5, 1200, allow_nan=False))
+def test_first_reaching_finds_what_bisection_finds(steps, lo, span, target):
+    """Any non-decreasing f (plateaus, jumps, a target nothing reaches): the same boundary as the
+    bisection the mesh ran before, whatever the guesses."""
+    prefix = np.concatenate([[0], np.cumsum(steps)])
+
+    def f(m):
+        return float(prefix[min(m, len(prefix) - 1)])
+
+    hi = lo + span
+    found = first_reaching(f, target, lo, hi, below=(lo - 1, f(lo - 1)), above=(hi + 7, f(hi + 7)))
+    assert found == _bisect(f, target, lo, hi)
+
+
+def test_first_reaching_needs_few_probes_on_a_smooth_prefix_time():
+    """Eq. 1's shape over 2M tokens (attention's square dominating): each boundary in at most half
+    the probes bisection takes (21)."""
+    calls = []
+
+    def f(m):
+        calls.append(m)
+        return 3.0 * m + 1e-3 * m * m
+
+    length = 2 * 1024 * K
+    whole = f(length)
+    for i in (1, 17, 39):
+        calls.clear()
+        target = whole * i / 40
+        found = first_reaching(f, target, 1, length - 1, below=(0, 0.0), above=(length, whole))
+        probes = len(calls)
+        assert found == _bisect(f, target, 1, length - 1) and probes <= 10
 
 
 @pytest.mark.parametrize("mode", ["balanced", "time-only"])
