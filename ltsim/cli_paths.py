@@ -8,6 +8,7 @@ import importlib
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -105,7 +106,8 @@ def _check_output(flag: str, path: Path) -> None:
 
 def check_folder(flag: str, path: Path | None) -> None:
     """An output folder is checked before the work starts (measuring takes minutes): a folder that
-    exists or can be made. Raises ConfigError."""
+    exists or can be made, and where a file can be written (a file made and removed: /proc and
+    read-only mounts are folders too). Raises ConfigError."""
     if path is None:
         return
     path = Path(path)
@@ -116,6 +118,12 @@ def check_folder(flag: str, path: Path | None) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(flag, "a folder that exists or can be created", str(path),
+                          "choose a writable place", context=exc.strerror or "") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".ltsim-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(flag, "a folder where files can be written", str(path),
                           "choose a writable place", context=exc.strerror or "") from None
 
 

@@ -1,5 +1,5 @@
 """Progress of the long commands on stderr: a sweep's bar (a line per tenth of the points
-when not on a terminal), and a line per simulated batch (simulate, compare) or length (maxlen)
+when not on a terminal, or per point of a short sweep after 2 s), and a line per simulated batch (simulate, compare) or length (maxlen)
 once a command has run 2 s. Part of the command line (ltsim/cli.py)."""
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ def maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):
     return show
 
 
-def progress_bar(started_s: float) -> Callable[[int, int], None]:
+def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int], None]:
     """A sweep's progress on stderr, ``show(done, total)``: a tqdm bar on a terminal, otherwise
-    a line at every tenth of the points (and the last) for sweeps of 20 points or more."""
+    a line at every tenth of the points (and the last) for sweeps of 20 points or more, and a
+    line per point for shorter ones once the sweep has run ``after_s`` (19 InfiniPipe points ran
+    minutes without a word)."""
     if sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -49,15 +51,16 @@ def progress_bar(started_s: float) -> Callable[[int, int], None]:
             if done >= total:
                 bar[0].close()
         return show_bar
-    shown = [-1]
+    shown = [-1]  # the last count printed
 
     def show_lines(done: int, total: int) -> None:
-        if total < 20:  # short work: no progress lines
+        elapsed = time.perf_counter() - started_s
+        last, step = shown[0], max(1, total // 10)
+        if done == last:
             return
-        step = max(1, total // 10)
-        if done == total or done // step != shown[0]:
-            shown[0] = done // step
-            sys.stderr.write(f"sweep: {done}/{total} points, "
-                             f"{time.perf_counter() - started_s:.0f} s\n")
+        if (done > 0 and elapsed >= after_s if total < 20
+                else done == total or done // step != last // step or last < 0):
+            shown[0] = done
+            sys.stderr.write(f"sweep: {done}/{total} points, {elapsed:.0f} s\n")
             sys.stderr.flush()
     return show_lines

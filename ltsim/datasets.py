@@ -461,13 +461,19 @@ def _read_table(path: str) -> Rows:
         raise ConfigError(KEY, "a table with as many fields in every row as in its header", path,
                           "check the file format", context="a row has more") from None
     except pd.errors.ParserError as err:  # "Expected 1 fields in line 3, saw 2": places, no content
-        raise ConfigError(KEY, "a readable table", path, "check the file format",
-                          context=str(err).replace("Error tokenizing data. C error: ", "")) from None
+        raise ConfigError(KEY, "a table with as many fields in every row as in its header", path,
+                          "make every row hold the header's fields (a num_tokens column), or give "
+                          "one length per line in a .txt file",
+                          context=str(err).replace("Error tokenizing data. C error: ", "").strip()
+                          ) from None
     except OSError as err:
         raise _unreadable(path, err) from None
     except (ValueError, KeyError, TypeError):  # pyarrow's ArrowInvalid is a ValueError; their
         # texts may quote the file
-        raise ConfigError(KEY, "a readable table", path, "check the file format") from None
+        what = ("a Parquet file pyarrow can read" if path.lower().endswith(".parquet")
+                else "a CSV table pandas can read")
+        raise ConfigError(KEY, what, path, "write the lengths again (a num_tokens column), or give "
+                          "one length per line in a .txt file") from None
     column = next((c for c in LENGTH_COLUMNS if c in frame.columns), None)
     if column is None:  # the header is the file's first line: named by position, not quoted
         raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,

@@ -100,14 +100,18 @@ def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) 
 _DASK_ADDRESS = re.compile(r"[A-Za-z0-9_.\-]+:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}|[a-z]+://\S+")
 
 
+MAX_WORKERS = 4096  # more is a typo: each worker is a process holding a copy of the parent
+
+
 def check_executor(spec: str) -> tuple[str, int | str]:
-    """``local`` | ``local:N`` (N >= 1 worker processes) | ``dask://HOST:PORT``. Raises ConfigError."""
-    rule = "local, local:N (N >= 1 worker processes) or dask://HOST:PORT"
+    """``local`` | ``local:N`` (1 <= N <= 4096 worker processes) | ``dask://HOST:PORT``. Raises
+    ConfigError."""
+    rule = f"local, local:N (1 to {MAX_WORKERS} worker processes) or dask://HOST:PORT"
     if spec == "local":
         return "local", 0
     if spec.startswith("local:"):
         count = spec[len("local:"):]
-        if count.isascii() and count.isdigit() and 1 <= int(count) <= 4096:  # '٣' is a digit too
+        if count.isascii() and count.isdigit() and 1 <= int(count) <= MAX_WORKERS:  # '٣' too is a digit
             return "local", int(count)
         raise ConfigError("--executor", rule, spec, f"e.g. --executor local:{os.cpu_count() or 2}")
     if spec.startswith("dask://"):

@@ -53,16 +53,17 @@ def cache_dir() -> Path | None:
     return Path(base) / "ltsim" / "profiles"
 
 
-def cached(directory: Path, kernel: str, build: Callable[[], T]) -> T:
-    """``build()``, or what an earlier ``build()`` made from the same inputs. ``build`` raises as
-    it would without the cache (a bad table is never cached)."""
+def cached(directory: Path, kernel: str, build: Callable[[], T], kind: type | None = None) -> T:
+    """``build()``, or what an earlier ``build()`` made from the same inputs (an entry that is not
+    a ``kind``, when given, is made again: a file of that name written by something else). ``build``
+    raises as it would without the cache (a bad table is never cached)."""
     folder = cache_dir()
     key = _digest(directory, kernel) if folder is not None else None
     if key is None:
         return build()
     entry = folder / f"{key}.pickle"
     value = _read(entry)
-    if value is not None:
+    if value is not None and (kind is None or isinstance(value, kind)):
         return value
     value = build()
     _write(folder, entry, value)

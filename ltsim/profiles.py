@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import math
-from itertools import accumulate, groupby
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -192,7 +192,7 @@ def load_profile(directory: str | Path, *, attention_kernel: str | None = None) 
     key = (path, attention_kernel or "")
     if key not in _CACHE:  # parsed once per process, and once per edit across commands
         _CACHE[key] = profile_cache.cached(path, key[1], lambda: Profile(
-            path, attention_kernel=attention_kernel))
+            path, attention_kernel=attention_kernel), Profile)
     return _CACHE[key]
 
 
@@ -477,19 +477,27 @@ def _monotone_attention(rows: list[tuple]) -> list[tuple]:
         groups.setdefault(row[:5], []).append(row)
     out = []
     for group in groups.values():
-        # By increasing q, the largest time so far at each kv, and its running maximum over kv:
-        # O(rows x distinct kv); comparing every pair took 610,858 steps at each profile load.
+        # By increasing q, the largest time so far at each kv in a Fenwick tree of prefix maxima
+        # over kv: O(rows log kv). Comparing every pair took 610,858 steps at each profile load;
+        # a running maximum over every kv per q, O(q x kv), 33 s on a 3 MiB table.
         rank = {kv: i for i, kv in enumerate(sorted({row[6] for row in group}))}
-        best = [float("-inf")] * len(rank)
+        tree = [float("-inf")] * (len(rank) + 1)
         lifted = [0.0] * len(group)
         order = sorted(range(len(group)), key=lambda i: group[i][5])
         for _, same in groupby(order, key=lambda i: group[i][5]):
             same = list(same)
             for i in same:
-                k = rank[group[i][6]]
-                best[k] = max(best[k], group[i][7])
-            prefix = list(accumulate(best, max))
+                k, time_s = rank[group[i][6]] + 1, group[i][7]
+                while k < len(tree):
+                    if tree[k] < time_s:
+                        tree[k] = time_s
+                    k += k & -k
             for i in same:
-                lifted[i] = prefix[rank[group[i][6]]]
+                k, most = rank[group[i][6]] + 1, float("-inf")
+                while k:
+                    if tree[k] > most:
+                        most = tree[k]
+                    k -= k & -k
+                lifted[i] = most
         out += [(*row[:7], time_s) for row, time_s in zip(group, lifted)]
     return out

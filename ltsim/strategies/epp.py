@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
+from ltsim.strategies import milp
 from ltsim.strategies.schedule import Layout, one_layer_work
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
@@ -334,8 +335,7 @@ def _scip(problem: Problem, *, uniform: bool, time_limit_s: float) -> Checkpoint
         for var, value in zip(variables, start):
             model.setSolVal(sol, var, value)
         model.addSol(sol, free=True)
-    model.optimize()
-    status = model.getStatus()
+    status = milp.optimize(model)
     values = None
     if model.getNSols() > 0:
         best = model.getBestSol()

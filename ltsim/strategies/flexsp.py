@@ -48,6 +48,7 @@ from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Comm, Keep, OpKind, Plan, Slice, Split, Work
 from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.deepspeed_cp import bucket_tokens, check_no_pipeline
+from ltsim.strategies import milp
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
 from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy
@@ -256,8 +257,7 @@ def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity
     model.addCons(quicksum(sp * load for sp, load in zip(slots, loads)) <= num_gpus * t)
     _warm_start(model, runs, bound, slots, take, used, t, capacity, need_k, costs, scale)
     model.setObjective(t, "minimize")
-    model.optimize()
-    status = model.getStatus()
+    status = milp.optimize(model)
     if model.getNSols() == 0:
         return Groups(None, status, math.inf, time.perf_counter() - started, math.inf)
     pool = [list(r) for r in runs]

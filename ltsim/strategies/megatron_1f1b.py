@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Plan, Slice
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
@@ -27,6 +28,10 @@ class Options:
     def validate(self) -> None:
         positive("micro_batch_size", self.micro_batch_size)
         positive("pack_tokens", self.pack_tokens, allow_zero=True)
+        if self.pack_tokens and self.micro_batch_size != 1:  # packing decides the sizes
+            raise ConfigError("strategy.micro_batch_size", "1 (the default) with pack_tokens, "
+                              "which fills each micro-batch by tokens, not by a count",
+                              self.micro_batch_size, "drop micro_batch_size or pack_tokens")
 
 
 def group_sequences(seq_ids: list[int], lengths: tuple[int, ...], options: Options) -> list[list[int]]:

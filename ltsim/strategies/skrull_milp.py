@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from ltsim.strategies import milp
 from ltsim.strategies.dacp import DISTRIBUTED, MicroBatchCosts, objective
 
 
@@ -88,9 +89,9 @@ def solve_dacp_milp(lengths: Sequence[int], num_ranks: int, capacity: float,
     if hint is not None:
         _add_hint(model, hint, costs, num_ranks)
     start = time.perf_counter()
-    scip.optimize()
+    status = milp.optimize(scip)
     solve_s = time.perf_counter() - start
-    status, found = scip.getStatus(), scip.getNSols() > 0
+    found = scip.getNSols() > 0
     bound, gap, inf = scip.getDualbound(), scip.getGap(), scip.infinity()
     ret = _read(model) if found else None
     return MilpResult(ret=ret, objective_s=objective(ret, costs, num_ranks) if found else None,

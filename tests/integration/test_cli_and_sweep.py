@@ -542,3 +542,45 @@ def test_a_later_batch_too_large_to_plan_fails_before_any_is_planned(monkeypatch
         with pytest.raises(ConfigError, match="at most 16,384 chunks"):
             call(scenario)
     assert planned == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv, full", [(["simulate", "scenarios/quickstart.toml"], "stdout"),
+                                        (["simulate", "scenarios/quickstart.toml", "--json"], "stdout"),
+                                        (["simulate", "scenarios/quickstart.toml", "--set",
+                                          "strategy.k=0"], "stderr")])
+def test_output_to_a_full_disk_is_one_line_not_a_traceback(argv, full):
+    """Standard output on a full disk was a traceback from print (or Python's complaint when it
+    flushed at exit), exit 1; a bad input whose message cannot be written exited 1 too."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as sink:
+        done = subprocess.run([sys.executable, "-m", "ltsim", *argv], cwd=REPO, timeout=120,
+                              text=True, **{full: sink},
+                              **{"stderr" if full == "stdout" else "stdout": subprocess.PIPE})
+    assert done.returncode == 2
+    if full == "stdout":
+        assert done.stderr.startswith("ltsim simulate: error: its output could not be written (got "
+                                      "No space left on device). Fix: ")
+        assert len(done.stderr.splitlines()) == 1
+
+
+def test_sweep_progress_off_a_terminal(capsys):
+    """A line per tenth of the points from 20 points; a shorter sweep says nothing in its first
+    2 s, then a line per point (19 InfiniPipe points ran minutes without a word)."""
+    import time
+
+    from ltsim.cli_progress import progress_bar
+
+    quick, slow, long = (progress_bar(time.perf_counter()), progress_bar(time.perf_counter() - 5),
+                         progress_bar(time.perf_counter()))
+    for done in range(6):
+        quick(done, 5)
+        slow(done, 5)
+    slow(5, 5)
+    for done in range(41):
+        long(done, 40)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == (
+        [f"sweep: {d}/5 points" for d in range(1, 6)] + [f"sweep: {d}/40 points" for d in range(0, 41, 4)])

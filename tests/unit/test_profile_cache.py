@@ -94,6 +94,20 @@ def test_a_broken_entry_is_parsed_again(profile_dir, cache, monkeypatch):
     assert made == [1]
 
 
+def test_an_entry_of_another_type_is_parsed_again(profile_dir, cache, monkeypatch):
+    """A pickle of something else under the entry's name was an AttributeError traceback."""
+    import pickle
+
+    monkeypatch.setattr(profiles, "_CACHE", {})
+    profiles.load_profile(profile_dir)
+    (entry,) = cache.glob("*.pickle")
+    entry.write_bytes(pickle.dumps({"not": "a profile"}))
+    monkeypatch.setattr(profiles, "_CACHE", {})
+    made = _parses(monkeypatch)
+    assert profiles.load_profile(profile_dir).gemm_time_s(64, 64, 64, "fp32") > 0
+    assert made == [1]
+
+
 def test_a_bad_table_raises_and_is_not_cached(profile_dir, cache):
     (profile_dir / "gemm.csv").write_text("m,n,k,dtype\n1,2,3,bf16\n")
     with pytest.raises(ProfileError, match="lacks column"):

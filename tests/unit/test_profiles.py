@@ -414,14 +414,16 @@ def test_measured_h100_is_the_default_with_its_masked_kernel_apart():
     assert load_profile("h100-sxm5-80gb", attention_kernel="fa2").attention_kernel == "fa2"
 
 def test_monotone_attention_lifts_each_row_to_the_largest_time_it_dominates():
-    """The sweep over sorted q gives the definition: each row's time becomes the largest time of
-    its kernel group at q' <= q and kv' <= kv (random rows, ties and repeats included)."""
+    """The sweep over sorted q (a Fenwick tree of maxima over kv) gives the definition: each
+    row's time becomes the largest time of its kernel group at q' <= q and kv' <= kv (random rows,
+    ties and repeats included, few and many distinct kv)."""
     from ltsim.profiles import _monotone_attention
 
     rng = random.Random(3)
-    for _ in range(40):
+    for trial in range(80):
+        kvs = [1, 3, 9] if trial % 2 else list(range(1, 60))
         rows = [(rng.choice("ab"), "fwd", True, 128, rng.choice([8, 16]), rng.choice([1, 2, 4, 8]),
-                 rng.choice([1, 3, 9]), rng.random()) for _ in range(rng.randint(1, 50))]
+                 rng.choice(kvs), rng.random()) for _ in range(rng.randint(1, 80))]
         expected = [(*row[:7], max(r[7] for r in rows if r[:5] == row[:5] and r[5] <= row[5]
                                    and r[6] <= row[6])) for row in rows]
         assert sorted(_monotone_attention(rows)) == sorted(expected)

@@ -516,6 +516,18 @@ CASES: tuple[Case, ...] = (
          "parallel.cp_kind"),
     Case("scenario file", f"simulate {FIG6} --set workload.fixed_length=4",
          "workload.global_batch_size"),
+    # -- found by a probe of 448 new inputs (2026-11-24, a sixth session) ------------------------------
+    *(Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", table,
+           (("p", Profile(((table, body),))),)) for table, body in (
+        ("elementwise.csv", f"op,num_tokens,hidden,dtype,pass,time_s\n{SECRET},128,64,fp32,fwd,1e-6\n"),
+        ("eager.csv", f"model,op,layers,num_tokens,dtype,time_s\nllama-tiny,{SECRET},1,128,fp32,1e-3\n"),
+        ("optimizer.csv", "model,optimizer,num_params,dtype,time_s\nllama-tiny,adamw,100,fp32,1e-3\n"),
+        ("collectives.csv", "op,group_size,scope,bytes,time_s\nall_gathr,2,intra,1024,1e-6\n"))),
+    Case("command line", "--version extra", "--version"),
+    Case("strategy", f"simulate {FIG2} --set strategy.micro_batch_size=2 --set strategy.pack_tokens=3",
+         "strategy.micro_batch_size"),
+    Case("output path", f"validate {TINY} --profile cpu-ci --out /proc", "--out"),
+    Case("output path", "profile --device cpu --quick --out /proc", "--out"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
