@@ -34,6 +34,7 @@ in order (the last one its tail, maybe with short sequences: a hybrid chunk) or 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -82,29 +83,47 @@ def mesh(length: int, num_slices: int, time_of: ChunkTime) -> Mesh:
 
     bounds = [0]
     for i in range(1, num_slices):
-        lo = bounds[-1] + 1
-        bounds.append(first_reaching(prefix, whole * i / num_slices, lo, length - (num_slices - i),
-                                     below=(lo - 1, prefix(lo - 1)), above=(length, whole)))
+        lo, target = bounds[-1] + 1, whole * i / num_slices
+        below = (lo - 1, prefix(lo - 1))
+        bounds.append(first_reaching(prefix, target, lo, length - (num_slices - i), below=below,
+                                     above=(length, whole),
+                                     guess=_quadratic_guess(below, (length, whole), target)))
     bounds.append(length)
     sizes = tuple(b - a for a, b in zip(bounds, bounds[1:]))
     time_s = max(time_of((Slice(0, a, b),)) for a, b in zip(bounds, bounds[1:]))
     return Mesh(sizes, time_s, max(sizes))
 
 
+def _quadratic_guess(a: tuple[int, float], b: tuple[int, float], target: float) -> int | None:
+    """Where t(m) = p m + q m^2 through two points reaches ``target``: Eq. 1's shape of the prefix
+    time (token-linear work plus causal attention), a first probe that lands within a few tokens."""
+    (x1, y1), (x2, y2) = a, b
+    if not 0 < x1 < x2:
+        return None
+    q = (y1 / x1 - y2 / x2) / (x1 - x2)
+    p = y2 / x2 - q * x2
+    if q <= 0 or p < 0:
+        return None
+    return round((-p + math.sqrt(p * p + 4 * q * target)) / (2 * q))
+
+
 def first_reaching(f: Callable[[int], float], target: float, lo: int, hi: int,
-                   below: tuple[int, float], above: tuple[int, float]) -> int:
+                   below: tuple[int, float], above: tuple[int, float],
+                   guess: int | None = None) -> int:
     """The least m in [lo, hi) with f(m) >= target, else hi, for f non-decreasing: what bisection
     finds, in fewer calls of f (the prefix time of a 2M-token sequence takes ~1 ms to price, and
     InfiniPipe's N search places about N^2 / 2 boundaries). Each probe is guessed by the secant
     through the last two points (a smooth f converges superlinearly), kept inside the interval
     left; when four probes in a row fail to halve it, a bisection step. ``below`` and ``above``:
-    points (m, f(m)) outside [lo, hi) that guide the first guess."""
+    points (m, f(m)) outside [lo, hi) that guide the first guess, unless ``guess`` is given."""
     (x0, y0), (x1, y1) = below, above
     y0, y1 = y0 - target, y1 - target
     stalls = 0
     while lo < hi:
         width = hi - lo
-        if stalls >= 4 or y1 == y0:
+        if guess is not None:
+            mid, guess = min(hi - 1, max(lo, guess)), None
+        elif stalls >= 4 or y1 == y0:
             mid, stalls = (lo + hi) // 2, 0
         else:
             mid = min(hi - 1, max(lo, round(x1 - y1 * (x1 - x0) / (y1 - y0))))

@@ -168,17 +168,19 @@ def _bisect(f, target, lo, hi):
 
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(st.integers(0, 5), min_size=1, max_size=400), lo=st.integers(1, 50),
-       span=st.integers(0, 400), target=st.floats(-5, 1200, allow_nan=False))
-def test_first_reaching_finds_what_bisection_finds(steps, lo, span, target):
+       span=st.integers(0, 400), target=st.floats(-5, 1200, allow_nan=False),
+       guess=st.none() | st.integers(-10, 900))
+def test_first_reaching_finds_what_bisection_finds(steps, lo, span, target, guess):
     """Any non-decreasing f (plateaus, jumps, a target nothing reaches): the same boundary as the
-    bisection the mesh ran before, whatever the guesses."""
+    bisection the mesh ran before, whatever the guesses (a first one given or not)."""
     prefix = np.concatenate([[0], np.cumsum(steps)])
 
     def f(m):
         return float(prefix[min(m, len(prefix) - 1)])
 
     hi = lo + span
-    found = first_reaching(f, target, lo, hi, below=(lo - 1, f(lo - 1)), above=(hi + 7, f(hi + 7)))
+    found = first_reaching(f, target, lo, hi, below=(lo - 1, f(lo - 1)), above=(hi + 7, f(hi + 7)),
+                           guess=guess)
     assert found == _bisect(f, target, lo, hi)
 
 
