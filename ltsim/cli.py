@@ -29,9 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--version"] and len(argv) > 1:  # argparse would print it and drop the rest
-        _error(f"ltsim: error: --version takes no other arguments (got {' '.join(argv[1:])}). Fix: "
-               "run `ltsim --version` alone")
+    if argv[:1] in (["--version"], ["-h"], ["--help"]) and len(argv) > 1:  # argparse would
+        # print the version or the help, exit 0 and drop the rest
+        fix = (f"run `ltsim {argv[1]} --help`" if argv[0] != "--version" and argv[1] in COMMANDS
+               else f"run `ltsim {argv[0]}` alone")
+        _error(f"ltsim: error: {argv[0]} takes no other arguments (got {' '.join(argv[1:])}). "
+               f"Fix: {fix}")
         return EXIT_BAD_INPUT
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # named by the command they were given to, as its own usage errors are

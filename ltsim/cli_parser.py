@@ -14,7 +14,7 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", type=_input_arg, help="scenario TOML file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value, TOML syntax (e.g. strategy.k=2)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -29,6 +29,15 @@ def _file_arg(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} must be a file name, not a folder (it ends "
                                          "in a slash)")
     return Path(text)
+
+
+def _input_arg(text: str) -> str:
+    """An input file's path; one that ends in a slash names a folder (Path would drop the slash
+    and read the file of that name)."""
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file, not a folder (it ends in a "
+                                         "slash)")
+    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,13 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="measure cost tables on this machine")
     _add_profile_args(p)
     p = sub.add_parser("validate", help="predict and measure a scenario, compare")
-    p.add_argument("scenario")
+    p.add_argument("scenario", type=_input_arg)
     p.add_argument("--profile", required=True, help="profile directory or name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=folder_arg, help="directory for the table, figure and summary")
     p.add_argument("--tolerance", type=float, default=0.10, help="relative error allowed")
     p = sub.add_parser("check", help="CI regression of predicted speedups")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=lambda text: Path(_input_arg(text)))
     p.add_argument("--update", action="store_true", help="record the current predictions")
     p = sub.add_parser("workload", help="length distributions")
     wsub = p.add_subparsers(dest="workload_command", required=True)
@@ -92,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--plot", type=_file_arg)
     d.add_argument("--json", action="store_true")
     p = sub.add_parser("export", help="write the first batch's simulated schedule for a runtime")
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", type=_input_arg, help="scenario TOML file")
     p.add_argument("--format", required=True, help="torch-pipelining: the compute-only CSV that "
                    "torch.distributed.pipelining's _load_csv reads (DP replica 0)")
     p.add_argument("--out", type=_file_arg, required=True, help="file to write")

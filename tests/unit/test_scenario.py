@@ -126,6 +126,17 @@ def test_version_with_other_arguments_is_refused(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("ltsim ")
+    assert main(["-h", "simulate"]) == 2  # the help of simulate is `ltsim simulate -h`
+    assert "Fix: run `ltsim simulate --help`" in capsys.readouterr().err
+
+
+def test_an_input_path_ending_in_a_slash_is_refused(capsys):
+    """pathlib drops a trailing slash: `ltsim simulate scenario.toml/` read the file."""
+    with pytest.raises(SystemExit) as done:  # an argparse usage error: one line, exit 2
+        main(["simulate", "scenarios/quickstart.toml/"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "must be a file, not a folder (it ends in a slash)" in err
 
 
 def test_missing_file_exit_code(capsys):

@@ -524,6 +524,8 @@ CASES: tuple[Case, ...] = (
         ("optimizer.csv", "model,optimizer,num_params,dtype,time_s\nllama-tiny,adamw,100,fp32,1e-3\n"),
         ("collectives.csv", "op,group_size,scope,bytes,time_s\nall_gathr,2,intra,1024,1e-6\n"))),
     Case("command line", "--version extra", "--version"),
+    Case("command line", "-h simulate", "ltsim simulate --help"),
+    Case("scenario file", f"simulate {QS}/", "must be a file, not a folder"),
     Case("strategy", f"simulate {FIG2} --set strategy.micro_batch_size=2 --set strategy.pack_tokens=3",
          "strategy.micro_batch_size"),
     Case("output path", f"validate {TINY} --profile cpu-ci --out /proc", "--out"),
