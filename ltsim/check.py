@@ -84,7 +84,9 @@ def _case(i: int, item: dict[str, Any], source: str) -> Case:
                               "remove it or check the spelling", source=source)
     for key in ("name", "baseline", "candidate"):
         if key not in item:
-            raise ConfigError(f"{where}.{key}", "given", None, source=source)
+            example = '"a name"' if key == "name" else '"scenarios/quickstart.toml"'
+            raise ConfigError(f"{where}.{key}", "given", None, f"add {key} = {example} to the case",
+                              source=source)
     for key, rule in _TYPES.items():
         value = item.get(key)
         if key in item and (isinstance(value, bool) or not isinstance(
@@ -93,9 +95,10 @@ def _case(i: int, item: dict[str, Any], source: str) -> Case:
     check_one_line(f"{where}.name", item["name"], source=source)  # printed in the check's table
     for key in ("min_speedup", "expected_speedup", "tolerance"):
         value = item.get(key)
-        if value is not None and not (math.isfinite(value) and value >= 0 and
-                                      (value > 0 or key == "tolerance")):
-            rule = "a non-negative number" if key == "tolerance" else "a positive number"
+        if value is not None and not (math.isfinite(value) and value >= 0 and (
+                value <= 1 if key == "tolerance" else value > 0)):  # drift past 100% is no gate
+            rule = ("a fraction from 0 to 1 (0.05 = 5%)" if key == "tolerance"
+                    else "a positive number")
             raise ConfigError(f"{where}.{key}", rule, value, source=source)
     overrides = item.get("set", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):

@@ -121,6 +121,7 @@ def _print(data: Any, text: str, as_json: bool) -> None:
 def _inputs(path: str, scenario: Any) -> tuple[Path, ...]:
     """The files a command reads: the scenario file, its length file and its profile's tables
     (an output path on one of them would overwrite it)."""
+    from ltsim.datasets import packaged_files
     from ltsim.files import expand_user
     from ltsim.profile_files import PROFILE_FILES
     from ltsim.profiles import resolve_profile
@@ -128,8 +129,9 @@ def _inputs(path: str, scenario: Any) -> tuple[Path, ...]:
     out = [Path(path)]
     if scenario.source:  # where it was found (a bundled scenario when the path did not exist)
         out.append(Path(scenario.source))
-    if scenario.workload.dataset:
+    if scenario.workload.dataset:  # a path, or a built-in name read from ltsim's own data
         out.append(expand_user(scenario.workload.dataset))
+        out += packaged_files(scenario.workload.dataset)
     if not scenario.cluster.device.is_unit:
         try:
             profile = resolve_profile(scenario.cluster.profile_dir)
@@ -225,6 +227,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raw = {**base.raw, "strategy": {"name": name, **keep, **opts}}
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
         scenarios.append((label, _rebuild(raw, base.source, opts)))
+    _one_run_each(scenarios, args.strategies)
     # every strategy plans its first batch before any simulation prints progress: one that
     # cannot plan this layout fails at once (the runs then start from those plans)
     costs = [make_cost_model(scenario) for _, scenario in scenarios]  # planning warns too
@@ -253,9 +256,12 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     check_distinct({"--plot": args.plot}, _inputs(args.scenario, base))
     scenarios = [base]
     if args.strategies is not None:  # every strategy checked before the first search runs
+        listed = parse_strategy_list(args.strategies)
         scenarios = [_rebuild({**base.raw, "strategy": {
             "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source,
-            opts) for name, opts in parse_strategy_list(args.strategies)]
+            opts) for name, opts in listed]
+        _one_run_each([(name + "".join(f":{k}={v}" for k, v in opts.items()), scenario)
+                       for (name, opts), scenario in zip(listed, scenarios)], args.strategies)
     mode = "workload" if args.workload else "sequence"
     started = time.perf_counter()
     memos: list[dict] = [{} for _ in scenarios]
@@ -274,6 +280,22 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         text += f"\nplot written to {args.plot}"
     _print([a.to_dict() for a in answers], text, args.json)
     return EXIT_OK
+
+
+def _one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
+    """Two items of ``--strategies`` that resolve to the same strategy and options (one gives a
+    default, or the scenario's own value) would run twice and print the same row."""
+    from ltsim.strategies import get_strategy
+
+    seen: dict[tuple[str, str], str] = {}
+    for label, scenario in runs:
+        options = {k: v for k, v in scenario.strategy_options.items() if k != "name"}
+        key = (scenario.strategy, repr(get_strategy(scenario.strategy).parse(options)))
+        if key in seen:
+            raise ConfigError("--strategies", "strategies that differ once their defaults and the "
+                              "scenario's own options are filled in", text,
+                              f"remove {label}: it runs exactly as {seen[key]}")
+        seen[key] = label
 
 
 def _shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
@@ -439,8 +461,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.validate import require_real_device, summary_text, validate_scenario, write_outputs
 
     _require_torch("validate")
-    if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
-        raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
+    if not 0 < args.tolerance <= 1:  # more (inf too) would pass nearly every comparison
+        raise ConfigError("--tolerance", "a fraction above 0 and at most 1 (0.10 = 10%)",
+                          args.tolerance)
     try:  # before anything runs
         resolve_profile(args.profile)
     except ProfileError:
@@ -481,10 +504,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_workload(args: argparse.Namespace) -> int:
     from ltsim.workload import describe, format_describe
 
-    if args.max_length < 0:
-        raise ConfigError("--max-length", "a non-negative number of tokens (0: no limit)",
-                          args.max_length, "e.g. --max-length 32768")
+    from ltsim.datasets import MAX_SEQUENCE_TOKENS, packaged_files
+    from ltsim.files import expand_user
+
+    if not 0 <= args.max_length <= MAX_SEQUENCE_TOKENS:
+        raise ConfigError("--max-length", f"a number of tokens from 0 (no limit) to "
+                          f"{MAX_SEQUENCE_TOKENS:,}", args.max_length, "e.g. --max-length 32768")
     check_output("--plot", args.plot)
+    check_distinct({"--plot": args.plot}, (expand_user(args.dataset), *packaged_files(args.dataset)))
     frame = describe(args.dataset, max_length=args.max_length, key="--max-length")
     text = format_describe(frame)
     if args.plot:

@@ -42,6 +42,7 @@ from ltsim.files import NotRegularFile, expand_user, read_input
 
 KEY = "workload.dataset"
 MAX_LENGTH_FILE_BYTES = 16 * 2**20  # millions of lengths: a .jsonl this size took 8.8 s to read
+MAX_TABLE_ROWS = MAX_LENGTH_FILE_BYTES // 2  # as many lengths as such a text file can hold
 KIB_TOKENS = 1024  # "1K" in the seed papers' tables
 Rows = tuple[np.ndarray, Callable[[int], str]]  # a reader's lengths, and row index -> "line N" for messages
 FILE_SUFFIXES = (".txt", ".csv", ".parquet", ".jsonl")
@@ -222,6 +223,15 @@ _BUILTINS = {
     "wikipedia-skrull": lambda: from_cdf_table(
         "wikipedia-skrull", _WIKI_SKRULL, _k(78), "Skrull Table 1 (Wikipedia)"),
 }
+
+
+def packaged_files(dataset: str) -> tuple[Path, ...]:
+    """The files of ltsim's own data a built-in ``dataset`` name is read from (outputs must not
+    overwrite them); none for a path."""
+    if dataset.strip().lower() not in _BUILTINS:
+        return ()
+    folder = importlib.resources.files("ltsim") / "data"
+    return tuple(Path(str(entry)) for entry in folder.iterdir() if entry.is_file())
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -437,7 +447,17 @@ def _read_parquet(data: io.BytesIO) -> Any:
     (index columns, dtypes: free text a file can get wrong, and only the columns matter here)."""
     import pyarrow.parquet as pq
 
+    rows = pq.ParquetFile(data).metadata.num_rows  # compressed: a few MB can hold 10^8 rows
+    if rows > MAX_TABLE_ROWS:
+        raise _TooManyRows(rows)
+    data.seek(0)
     return pq.read_table(data).to_pandas(ignore_metadata=True)
+
+
+class _TooManyRows(Exception):
+    def __init__(self, rows: int) -> None:
+        super().__init__(rows)
+        self.rows = rows
 
 
 def _read_table(path: str) -> Rows:
@@ -454,6 +474,13 @@ def _read_table(path: str) -> Rows:
                      else pd.read_csv(data, low_memory=False, index_col=False))
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
+    except _TooManyRows as many:
+        raise ConfigError(KEY, f"a length table of at most {MAX_TABLE_ROWS:,} rows", path,
+                          "sample the lengths (a length distribution needs far fewer)",
+                          context=f"it holds {many.rows:,}") from None
+    except MemoryError:  # pyarrow's ArrowMemoryError too
+        raise ConfigError(KEY, "a length table that fits in this machine's memory", path,
+                          "sample the lengths, or give fewer columns") from None
     except UnicodeDecodeError:
         raise ConfigError(KEY, "a UTF-8 text file", path,
                           "give a text file, or a .parquet table for binary data") from None

@@ -311,6 +311,22 @@ def test_a_parquet_length_column_of_dates_or_booleans(tmp_path: Path, values, dt
         load_dataset(str(path))
 
 
+def test_a_parquet_of_more_rows_than_a_length_file_may_hold(tmp_path: Path) -> None:
+    """A compressed parquet of a few kB can hold 10^8 rows; reading it was an ArrowMemoryError
+    traceback under a memory limit. The row count is read from its metadata first."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from ltsim.datasets import MAX_TABLE_ROWS
+
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"num_tokens": pa.repeat(pa.scalar(100, pa.int32()), MAX_TABLE_ROWS + 1)}),
+                   path)
+    assert path.stat().st_size < 2**20
+    with pytest.raises(ConfigError, match=r"at most 8,388,608 rows .*it holds 8,388,609"):
+        load_dataset(str(path))
+
+
 @pytest.mark.parametrize("meta", [b'{"index_columns": ["SECRET"], "columns": []}',
                                   b'{"index_columns": [], "columns": [{"name": "num_tokens", '
                                   b'"field_name": "num_tokens", "pandas_type": "int64", '
