@@ -21,7 +21,7 @@ from typing import Any
 
 from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, build_parser
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
-from ltsim.cli_progress import batch_progress, maxlen_progress, progress_bar
+from ltsim.cli_progress import batch_progress, count_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
 
 def main(argv: list[str] | None = None) -> int:
@@ -461,9 +461,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.validate import require_real_device, summary_text, validate_scenario, write_outputs
 
     _require_torch("validate")
-    if not 0 < args.tolerance <= 1:  # more (inf too) would pass nearly every comparison
-        raise ConfigError("--tolerance", "a fraction above 0 and at most 1 (0.10 = 10%)",
-                          args.tolerance)
+    if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
+        raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
     try:  # before anything runs
         resolve_profile(args.profile)
     except ProfileError:
@@ -473,8 +472,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
+    _same_kind_of_device(scenario, args.profile)
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
-    validation = validate_scenario(scenario)
+    started = time.perf_counter()
+
+    def announce(iterations: int, predicted_s: float) -> None:  # the executor can take minutes
+        if time.perf_counter() - started + iterations * predicted_s >= 2.0:
+            _error(f"validate: running {iterations} iterations of the plan, each predicted to take "
+                   f"{predicted_s:.2f} s")
+
+    validation = validate_scenario(scenario, announce=announce)
     title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"
     text = summary_text(validation, args.tolerance)
     if args.out:
@@ -484,11 +491,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
 
 
+def _same_kind_of_device(scenario: Any, profile: str) -> None:
+    """The executor runs where the scenario's preset says (the CPU for ``cpu``); a profile measured
+    on the other kind of device predicts another machine (an H100 profile against a CPU run read
+    +99%)."""
+    from ltsim.profile_files import read_meta
+    from ltsim.profiles import resolve_profile
+
+    measured_on = read_meta(resolve_profile(profile)).device  # never quoted: a file's content
+    on_cpu = scenario.cluster.device.name == "cpu"
+    if on_cpu != measured_on.lower().startswith("cpu"):
+        raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
+                          f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
+                          f"there)", str(profile), "use cpu-ci or a profile `ltsim profile --device "
+                          f"{'cpu' if on_cpu else 'cuda'}` wrote",
+                          context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from ltsim.check import run_check
     from ltsim.report import format_table
 
-    rows = run_check(args.file, update=args.update)
+    show = count_progress("check: case", time.perf_counter())
+    rows = run_check(args.file, update=args.update, progress=show)
     columns = [("name", "case", str), ("speedup", "speedup", lambda x: f"{x:.3f}x"),
                ("expected_speedup", "recorded", lambda x: f"{x}x"),
                ("ok", "status", lambda x: "ok" if x else "FAIL")]

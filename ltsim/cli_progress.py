@@ -1,6 +1,7 @@
 """Progress of the long commands on stderr: a sweep's bar (a line per tenth of the points
-when not on a terminal, or per point of a short sweep after 2 s), and a line per simulated batch (simulate, compare) or length (maxlen)
-once a command has run 2 s. Part of the command line (ltsim/cli.py)."""
+when not on a terminal, or per point of a short sweep after 2 s), and a line per simulated batch
+(simulate, compare), length (maxlen) or case (check) once a command has run 2 s. Part of the
+command line (ltsim/cli.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ from typing import Callable
 def batch_progress(command: str, label: str, started_s: float, after_s: float = 2.0):
     """A simulation's progress on stderr, a line per global batch once the command has run
     ``after_s`` (a planner with MILPs takes seconds a batch)."""
+    return count_progress(f"{command}: {label}: batch", started_s, after_s)
+
+
+def count_progress(what: str, started_s: float, after_s: float = 2.0):
+    """``show(done, total)``: "{what} {done} of {total} done" on stderr once the command has run
+    ``after_s`` (``ltsim check``'s cases: 40 of FlexSP ran minutes without a word)."""
     def show(done: int, total: int) -> None:
         elapsed = time.perf_counter() - started_s
         if elapsed >= after_s and done < total:
-            sys.stderr.write(f"{command}: {label}: batch {done} of {total} done, {elapsed:.0f} s\n")
+            sys.stderr.write(f"{what} {done} of {total} done, {elapsed:.0f} s\n")
             sys.stderr.flush()
     return show
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.profiles import SDPA_BOOL_MASK_KERNEL
@@ -146,8 +147,10 @@ def executor_device(scenario: "Scenario") -> tuple[str, str]:
 
 
 def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3,
-                      seed: int = 0) -> Validation:
-    """Simulate the scenario's first batch and execute its plan; raises ConfigError, PlanError."""
+                      seed: int = 0, announce: Callable[[int, float], None] | None = None
+                      ) -> Validation:
+    """Simulate the scenario's first batch and execute its plan; raises ConfigError, PlanError.
+    ``announce(iterations, predicted seconds each)`` before the executor starts."""
     from ltsim.executor.runtime import execute_plan
     from ltsim.runner import run
 
@@ -155,6 +158,19 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
     backend, device = executor_device(scenario)
     sim = run(scenario.with_overrides({"workload.num_batches": 1}), cost=cost)
     plan = sim.plans[0]
+    predicted = sim.result.batches[0]
+    if device == "cpu":
+        _fits_this_host(sum(predicted.peak_memory_bytes_per_device)
+                        + sum(predicted.peak_host_memory_bytes_per_device))
+    iterations = warmup + repeats
+    if iterations * predicted.iteration_time_s > MAX_EXECUTION_S:
+        raise ConfigError("scenario", f"a plan the executor runs {iterations} times within "
+                          f"{MAX_EXECUTION_S / 3600:g} hour on this {device}",
+                          f"{iterations * predicted.iteration_time_s / 3600:,.1f} hours predicted",
+                          "validate with shorter sequences or a smaller model (the prediction "
+                          "alone: ltsim simulate)")
+    if announce is not None:
+        announce(iterations, predicted.iteration_time_s)
     attention = ("sdpa_boolmask" if scenario.cluster.attention_kernel == SDPA_BOOL_MASK_KERNEL
                  else "auto")  # run the kernel the prediction prices
     measured = execute_plan(plan, scenario.model, scenario.parallel, backend=backend,
@@ -165,6 +181,23 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
                          measured.peak_host_memory_bytes_per_device)
     return replace(validation, measured_iteration_times_s=tuple(measured.iteration_times_s),
                    warnings=sim.result.warnings)
+
+
+MAX_EXECUTION_S = 3600.0  # what validate may run for; a longer plan is a mistake, not a check
+
+
+def _fits_this_host(needed: int) -> None:
+    """The CPU executor's processes share this machine's memory: a plan predicted to need more
+    than it has would swap or be killed after minutes (an 8B model in fp32 on CPU)."""
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # not POSIX: nothing to compare with
+        return
+    if needed > have:
+        raise ConfigError("hardware.preset", f"a plan that fits this machine's {have / 2**30:.1f} "
+                          "GiB of memory (the CPU executor runs every device here)",
+                          f"{needed / 2**30:.1f} GiB predicted", "use a smaller model, shorter "
+                          "sequences or fewer devices (--set model.preset=llama-tiny)")
 
 
 def format_rows(rows: tuple[Row, ...]) -> list[list[str]]:

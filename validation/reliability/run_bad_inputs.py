@@ -531,7 +531,10 @@ CASES: tuple[Case, ...] = (
          "ltsim/data/wikipedia_seqlens.npz", "--trace"),
     Case("workload describe", "workload describe wikipedia --max-length=99999999999999999999",
          "--max-length"),
-    Case("command line", f"validate {TINY} --profile cpu-ci --tolerance 1e9", "--tolerance"),
+    Case("command line", f"validate {TINY} --profile h100-sxm5-80gb", "--profile"),
+    Case("size guard", f"validate {TINY} --profile cpu-ci --set workload.lengths=[1000000]", "scenario"),
+    Case("size guard", f"validate {TINY} --profile cpu-ci --set model.preset='\"llama-3.1-70b\"' "
+         "--set model.dtype='\"fp32\"'", "hardware.preset"),
     Case("strategy", f"compare {QS} --strategies megatron-1f1b,megatron-1f1b:micro_batch_size=1",
          "--strategies"),
     Case("strategy", f"maxlen {QS} --strategies chunkflow,chunkflow:k=2", "--strategies"),
