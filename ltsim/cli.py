@@ -561,9 +561,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     check_output("--out", args.out)
     check_distinct({"--out": args.out}, _inputs(args.scenario, scenario))
-    schedule = exporter(run(scenario).plans[0])
+    simulated = run(scenario)
+    schedule = exporter(simulated.plans[0])
     written("--out", args.out, lambda: args.out.write_text(schedule.to_csv(), newline=""))
     print(f"{schedule.describe()}\nschedule written to {args.out}")
+    if not simulated.result.fits:  # written all the same: a schedule to inspect, not to run
+        _error(f"warning: the plan does not fit: {simulated.result.fit_reason}")
     return EXIT_OK
 
 

@@ -112,6 +112,11 @@ def _refusal(op: Op) -> str | None:
 
 def _refuse(plan: Plan, reason: str, where: str) -> ConfigError:
     what, why, fix = _REFUSALS[reason]
+    if reason == "R" and plan.strategy != "chunkflow":  # activation checkpointing re-forwards
+        why = ("torch.distributed.pipelining has no action that re-runs a discarded forward (the "
+               "plan recomputes checkpointed activations)")
+        fix = 'export a plan without recompute (parallel.recompute = "none", or the strategy\'s own ' \
+              "checkpointing option off)"
     return ConfigError("--format", "a format that can express the plan", "torch-pipelining", fix,
                        context=f"the {plan.strategy} plan has {what} ({where}), and {why}")
 

@@ -171,9 +171,11 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
     if spec.lora_rank:
         raise ConfigError("model.lora_rank", "0 for the executor (it trains every weight; LoRA "
                           "is a simulator option)", spec.lora_rank, "remove model.lora_rank")
-    if parallel.tp != 1 or parallel.cp != 1:
-        raise ConfigError("parallel.tp", "1 with cp 1: the executor runs pipeline and data "
-                          "parallelism only", (parallel.tp, parallel.cp))
+    for key in ("tp", "cp"):
+        if getattr(parallel, key) != 1:
+            raise ConfigError(f"parallel.{key}", "1 for the executor (it runs pipeline and data "
+                              "parallelism only)", getattr(parallel, key),
+                              f"validate with parallel.{key} = 1 (the simulator takes any)")
     if plan.num_devices != parallel.num_sim_devices:
         raise ConfigError("parallel", f"pp x dp = {plan.num_devices} (the plan's devices)",
                           f"pp={parallel.pp}, dp={parallel.dp}")

@@ -247,8 +247,10 @@ def test_bad_arguments():
         execute_plan(plan, SPEC, parallel, backend="nccl")
     with pytest.raises(ConfigError, match="'parallel' must be pp x dp = 2"):
         execute_plan(plan, SPEC, ParallelConfig(pp=1))
-    with pytest.raises(ConfigError, match="'parallel.tp' must be 1 with cp 1"):
+    with pytest.raises(ConfigError, match=r"'parallel.tp' must be 1 for the executor .* \(got 2\)"):
         execute_plan(plan, SPEC, ParallelConfig(pp=2, tp=2))
+    with pytest.raises(ConfigError, match=r"'parallel.cp' must be 1 for the executor .* \(got 2\)"):
+        execute_plan(plan, SPEC, ParallelConfig(pp=2, cp=2))  # it named tp, with (1, 2)
     with pytest.raises(ConfigError, match="'executor.attention' must be one of auto, sdpa"):
         execute_plan(plan, SPEC, parallel, attention="mask")
     split = dataclasses.replace(plan, programs=tuple(

@@ -132,6 +132,23 @@ def test_cli_refuses_chunkflow_recompute(tmp_path, capsys):
         "sequence\n")
 
 
+def test_a_recompute_other_than_chunkflows_gets_its_own_fix():
+    """Megatron with full recompute was told to set ChunkFlow's strategy.k, which it refuses."""
+    plan = run(load_scenario(FIG2, ['parallel.recompute="full"'])).plans[0]
+    with pytest.raises(ConfigError) as info:
+        get_format("torch-pipelining")(plan)
+    assert "(the plan recomputes checkpointed activations)" in str(info.value)
+    assert 'Fix: export a plan without recompute (parallel.recompute = "none"' in str(info.value)
+
+
+def test_cli_warns_when_the_exported_plan_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "schedule.csv"
+    assert main(["export", str(REPO / "scenarios/quickstart.toml"), "--set", "hardware.memory_limit_gib=2", "--set",
+                 "strategy.k=64", "--format", "torch-pipelining", "--out", str(out)]) == 0
+    assert out.exists()
+    assert capsys.readouterr().err.startswith("warning: the plan does not fit: device ")
+
+
 def test_cli_unknown_format_lists_the_formats(tmp_path, capsys):
     assert main(["export", str(FIG2), "--format", "gpipe", "--out", str(tmp_path / "s")]) == 2
     assert capsys.readouterr().err == ("ltsim export: error: '--format' must be one of "
