@@ -464,7 +464,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
         raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
     try:  # before anything runs
-        resolve_profile(args.profile)
+        profile = resolve_profile(args.profile)
     except ProfileError:
         raise ConfigError("--profile", "a profile directory (a bundled name or a path)",
                           str(args.profile), f"use one of {', '.join(available_profiles())}, or "
@@ -472,7 +472,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
-    _same_kind_of_device(scenario, args.profile)
+    _same_kind_of_device(scenario, profile, args.profile)
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     started = time.perf_counter()
 
@@ -491,19 +491,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
 
 
-def _same_kind_of_device(scenario: Any, profile: str) -> None:
+def _same_kind_of_device(scenario: Any, profile: Path, given: str) -> None:
     """The executor runs where the scenario's preset says (the CPU for ``cpu``); a profile measured
     on the other kind of device predicts another machine (an H100 profile against a CPU run read
     +99%)."""
     from ltsim.profile_files import read_meta
-    from ltsim.profiles import resolve_profile
 
-    measured_on = read_meta(resolve_profile(profile)).device  # never quoted: a file's content
+    measured_on = read_meta(profile).device  # never quoted: a file's content
     on_cpu = scenario.cluster.device.name == "cpu"
     if on_cpu != measured_on.lower().startswith("cpu"):
         raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
                           f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
-                          f"there)", str(profile), "use cpu-ci or a profile `ltsim profile --device "
+                          f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
                           f"{'cpu' if on_cpu else 'cuda'}` wrote",
                           context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
 

@@ -442,22 +442,18 @@ def _read_jsonl(path: str) -> Rows:
     return _as_lengths(path, values, where), where
 
 
-def _read_parquet(data: io.BytesIO) -> Any:
+def _read_parquet(data: io.BytesIO, path: str) -> Any:
     """A parquet table's columns, without the pandas metadata a writer may have stored beside them
     (index columns, dtypes: free text a file can get wrong, and only the columns matter here)."""
     import pyarrow.parquet as pq
 
     rows = pq.ParquetFile(data).metadata.num_rows  # compressed: a few MB can hold 10^8 rows
     if rows > MAX_TABLE_ROWS:
-        raise _TooManyRows(rows)
+        raise ConfigError(KEY, f"a length table of at most {MAX_TABLE_ROWS:,} rows", path,
+                          "sample the lengths (a length distribution needs far fewer)",
+                          context=f"it holds {rows:,}")
     data.seek(0)
     return pq.read_table(data).to_pandas(ignore_metadata=True)
-
-
-class _TooManyRows(Exception):
-    def __init__(self, rows: int) -> None:
-        super().__init__(rows)
-        self.rows = rows
 
 
 def _read_table(path: str) -> Rows:
@@ -470,14 +466,10 @@ def _read_table(path: str) -> Rows:
             warnings.simplefilter("ignore")
             # a first row longer than the header: pandas made its leading fields an index
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = (_read_parquet(data) if path.lower().endswith(".parquet")
+            frame = (_read_parquet(data, path) if path.lower().endswith(".parquet")
                      else pd.read_csv(data, low_memory=False, index_col=False))
     except pd.errors.EmptyDataError:
         raise ConfigError(KEY, "a non-empty length file", path, "add at least one sequence length") from None
-    except _TooManyRows as many:
-        raise ConfigError(KEY, f"a length table of at most {MAX_TABLE_ROWS:,} rows", path,
-                          "sample the lengths (a length distribution needs far fewer)",
-                          context=f"it holds {many.rows:,}") from None
     except MemoryError:  # pyarrow's ArrowMemoryError too
         raise ConfigError(KEY, "a length table that fits in this machine's memory", path,
                           "sample the lengths, or give fewer columns") from None

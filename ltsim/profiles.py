@@ -51,8 +51,9 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
 from ltsim.profile_files import (COLLECTIVE_OPS, CONTEXT_MASKS, METHODS, OP_ALIASES,
-                                 TABLE_COLUMNS, ProfileMeta, Table, check_table, read_host_copies, read_meta, read_optional_rows,
-                                 read_rows, read_table, write_meta, write_table)
+                                 TABLE_COLUMNS, ProfileMeta, Table, check_table, read_host_copies,
+                                 read_meta, read_optional_rows, read_rows, read_table, write_meta,
+                                 write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",
            "SDPA_BOOL_MASK_KERNEL", "SDPA_KERNEL", "SDPA_KERNELS", "TABLE_COLUMNS", "Profile",

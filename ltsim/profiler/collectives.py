@@ -32,7 +32,6 @@ from ltsim.profile_files import COLLECTIVE_OPS
 from ltsim.profiler.tables import Advance, Emit, Point, Row, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, TimingPlan, summarize
 
-OPS = COLLECTIVE_OPS  # every op the cost model looks up
 KEY_FIELDS = ("op", "group_size", "bytes", "dtype")
 TIMEOUT = timedelta(seconds=300)
 
@@ -40,7 +39,7 @@ TIMEOUT = timedelta(seconds=300)
 def collective_points(group_sizes: Sequence[int], sizes_bytes: Sequence[int], dtype: str
                       ) -> tuple[Point, ...]:
     return tuple(make_point(KEY_FIELDS, op=op, group_size=size, bytes=num_bytes, dtype=dtype)
-                 for size in group_sizes for op in OPS for num_bytes in sizes_bytes)
+                 for size in group_sizes for op in COLLECTIVE_OPS for num_bytes in sizes_bytes)
 
 
 def _fn(op: str, num_bytes: int, dtype: torch.dtype, device: torch.device, rank: int,

@@ -111,9 +111,9 @@ def first_reaching(f: Callable[[int], float], target: float, lo: int, hi: int,
                    below: tuple[int, float], above: tuple[int, float],
                    guess: int | None = None) -> int:
     """The least m in [lo, hi) with f(m) >= target, else hi, for f non-decreasing: what bisection
-    finds, in fewer calls of f (the prefix time of a 2M-token sequence takes ~1 ms to price, and
-    InfiniPipe's N search places about N^2 / 2 boundaries). Each probe is guessed by the secant
-    through the last two points (a smooth f converges superlinearly), kept inside the interval
+    finds, in fewer calls of f (each prices a new prefix of the sequence, and InfiniPipe's N
+    search places about N^2 / 2 boundaries: validation/perf/README.md). Each probe is guessed by
+    the secant through the last two points (a smooth f converges superlinearly), kept inside the interval
     left; when four probes in a row fail to halve it, a bisection step. ``below`` and ``above``:
     points (m, f(m)) outside [lo, hi) that guide the first guess, unless ``guess`` is given."""
     (x0, y0), (x1, y1) = below, above

@@ -524,6 +524,12 @@ CASES: tuple[Case, ...] = (
         ("optimizer.csv", "model,optimizer,num_params,dtype,time_s\nllama-tiny,adamw,100,fp32,1e-3\n"),
         ("collectives.csv", "op,group_size,scope,bytes,time_s\nall_gathr,2,intra,1024,1e-6\n"))),
     Case("command line", "--version extra", "--version"),
+    Case("command line", "-h simulate", "ltsim simulate --help"),
+    Case("scenario file", f"simulate {QS}/", "must be a file, not a folder"),
+    Case("strategy", f"simulate {FIG2} --set strategy.micro_batch_size=2 --set strategy.pack_tokens=3",
+         "strategy.micro_batch_size"),
+    Case("output path", f"validate {TINY} --profile cpu-ci --out /proc", "--out"),
+    Case("output path", "profile --device cpu --quick --out /proc", "--out"),
     # -- found by a second probe of 365 inputs (2026-11-24, a sixth session) -----------------------------
     Case("output path", f"export {QS} --set workload.dataset='\"docs-long\"' --format torch-pipelining "
          "--out ltsim/data/magiattention_doc_length_histogram.csv", "--out"),
@@ -538,12 +544,6 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {QS} --strategies megatron-1f1b,megatron-1f1b:micro_batch_size=1",
          "--strategies"),
     Case("strategy", f"maxlen {QS} --strategies chunkflow,chunkflow:k=2", "--strategies"),
-    Case("command line", "-h simulate", "ltsim simulate --help"),
-    Case("scenario file", f"simulate {QS}/", "must be a file, not a folder"),
-    Case("strategy", f"simulate {FIG2} --set strategy.micro_batch_size=2 --set strategy.pack_tokens=3",
-         "strategy.micro_batch_size"),
-    Case("output path", f"validate {TINY} --profile cpu-ci --out /proc", "--out"),
-    Case("output path", "profile --device cpu --quick --out /proc", "--out"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
