@@ -472,11 +472,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
-    _same_kind_of_device(scenario, profile, args.profile)
+    other_model = _same_kind_of_device(scenario, profile, args.profile)
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     started = time.perf_counter()
 
     def announce(iterations: int, predicted_s: float) -> None:  # the executor can take minutes
+        if other_model:  # once the plan passed every check: a refusal stays one line
+            _error(other_model)
         if time.perf_counter() - started + iterations * predicted_s >= 2.0:
             _error(f"validate: running {iterations} iterations of the plan, each predicted to take "
                    f"{predicted_s:.2f} s")
@@ -491,10 +493,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
 
 
-def _same_kind_of_device(scenario: Any, profile: Path, given: str) -> None:
+def _same_kind_of_device(scenario: Any, profile: Path, given: str) -> str:
     """The executor runs where the scenario's preset says (the CPU for ``cpu``); a profile measured
     on the other kind of device predicts another machine (an H100 profile against a CPU run read
-    +99%)."""
+    +99%): refused. A warning when it names another model of the same kind (cpu-ci, measured on an
+    Intel Xeon, read +73% on an AMD EPYC), else ""."""
     from ltsim.profile_files import read_meta
 
     measured_on = read_meta(profile).device  # never quoted: a file's content
@@ -505,6 +508,24 @@ def _same_kind_of_device(scenario: Any, profile: Path, given: str) -> None:
                           f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
                           f"{'cpu' if on_cpu else 'cuda'}` wrote",
                           context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
+    here = _this_device(on_cpu)
+    if not here or measured_on == here:
+        return ""
+    return (f"validate: warning: {given} was measured on another {'CPU' if on_cpu else 'GPU'} "
+            f"model than this machine's ({here.removeprefix('cpu: ')}); the prediction describes "
+            f"that machine. `ltsim profile --device {'cpu' if on_cpu else 'cuda'}` measures this "
+            "one")  # the profile's own device is not quoted (a file's content)
+
+
+def _this_device(on_cpu: bool) -> str:
+    """This machine's device as `ltsim profile` names it in meta.json ("" when unknown)."""
+    import torch
+
+    from ltsim.profiler.environment import cpu_model
+
+    if on_cpu:
+        return f"cpu: {cpu_model()}"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
 def cmd_check(args: argparse.Namespace) -> int:

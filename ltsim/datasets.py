@@ -498,6 +498,11 @@ def _read_table(path: str) -> Rows:
         raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,
                           f"name the length column {' or '.join(LENGTH_COLUMNS)} in the first line "
                           f"({len(frame.columns)} columns found, none of them that)")
+    if list(frame.columns).count(column) > 1 or f"{column}.1" in frame.columns:  # pandas renames
+        # a repeated header name "<name>.1"; which of the two holds the lengths is a guess
+        raise ConfigError(KEY, f"a table with one {column} column", path,
+                          f"keep one {column} column (rename or drop the other)",
+                          context="its header names it twice")
     if frame[column].dtype.kind not in "iufO":  # dates, durations, booleans: not token counts
         raise ConfigError(KEY, "a file of integer lengths", path, "write each length as a whole "
                           "number of tokens", context=f"column {column} holds "

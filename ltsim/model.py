@@ -94,6 +94,11 @@ class ModelSpec:
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError("model.num_attention_heads", "a divisor of model.hidden_size",
                               self.num_attention_heads, f"hidden_size is {self.hidden_size}")
+        if self.arch == "llama" and self.head_dim % 2:  # RoPE rotates channel pairs
+            raise ConfigError("model.num_attention_heads", "a count that leaves an even head "
+                              "dimension (RoPE rotates pairs of channels)",
+                              self.num_attention_heads, f"hidden_size / num_attention_heads is "
+                              f"{self.hidden_size // self.num_attention_heads}")
         if self.num_attention_heads % self.num_kv_heads:
             raise ConfigError("model.num_kv_heads", "a divisor of model.num_attention_heads",
                               self.num_kv_heads,

@@ -337,7 +337,9 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
     workload = Workload(**work).validate()
     if parallel.dp > workload.batch_size:
         raise ConfigError("workload.global_batch_size", f"at least parallel.dp = {parallel.dp}",
-                          workload.batch_size, fix="use a larger batch or fewer DP replicas")
+                          workload.batch_size, fix="use a larger batch, or fewer DP replicas "
+                          f"(dp = {cluster.num_devices:,} GPUs = hardware.num_nodes x gpus_per_node, "
+                          "over tp x pp x cp)")
     return Scenario(name=raw["name"], model=model, cluster=cluster,
                     parallel=parallel, workload=workload, strategy=name,
                     strategy_options=strategy, seed=raw.get("seed", 0), source=source, raw=raw)

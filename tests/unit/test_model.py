@@ -124,6 +124,10 @@ def test_override_validation_names_key() -> None:
         get_model("gpt-7b", max_position_embeddings=-1)
     with pytest.raises(ConfigError, match=r"'model.num_kv_heads' must be a divisor"):
         get_model("llama-3.1-8b", num_kv_heads=5)
+    # RoPE rotates channel pairs: a head of 511 channels was simulated without a word
+    with pytest.raises(ConfigError, match=r"'model.num_attention_heads' must be .*even head dim"):
+        get_model("llama-3.1-8b", hidden_size=3577, num_attention_heads=7, num_kv_heads=7)
+    assert get_model("gpt-7b", hidden_size=4095, num_attention_heads=5, num_kv_heads=5)  # no RoPE
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))

@@ -495,6 +495,15 @@ def test_a_csv_whose_first_row_is_longer_than_its_header(tmp_path: Path) -> None
         load_dataset(str(path))
 
 
+@pytest.mark.parametrize("header", ["num_tokens,num_tokens", "length,x,length"])
+def test_a_table_naming_its_length_column_twice(tmp_path: Path, header: str) -> None:
+    # pandas renamed the second "<name>.1" and the first was read without a word
+    path = tmp_path / "l.csv"
+    path.write_text(f"{header}\n" + ",".join(["100"] * len(header.split(","))) + "\n")
+    with pytest.raises(ConfigError, match=r"one (num_tokens|length) column.*names it twice"):
+        load_dataset(str(path))
+
+
 def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
     # splitlines() cut a line inside a JSON string at U+2028 or U+0085
     path = tmp_path / "l.jsonl"

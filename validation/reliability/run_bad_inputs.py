@@ -544,6 +544,12 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {QS} --strategies megatron-1f1b,megatron-1f1b:micro_batch_size=1",
          "--strategies"),
     Case("strategy", f"maxlen {QS} --strategies chunkflow,chunkflow:k=2", "--strategies"),
+    # -- left open by the sixth session's probe, fixed in the seventh ------------------------------------
+    Case("length file", f"workload describe {{tmp}}/lengths.csv", "lengths.csv",
+         (("lengths.csv", "num_tokens,num_tokens\n1024,2048\n"),)),
+    Case("model shape", f"simulate {QS} --set model.hidden_size=3577 --set model.num_attention_heads=7 "
+         "--set model.num_kv_heads=7", "model.num_attention_heads"),
+    Case("parallel degrees", f"simulate {QS} --set hardware.num_nodes=4000000", "hardware.num_nodes"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
