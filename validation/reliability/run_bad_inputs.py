@@ -545,7 +545,7 @@ CASES: tuple[Case, ...] = (
          "--strategies"),
     Case("strategy", f"maxlen {QS} --strategies chunkflow,chunkflow:k=2", "--strategies"),
     # -- left open by the sixth session's probe, fixed in the seventh ------------------------------------
-    Case("length file", f"workload describe {{tmp}}/lengths.csv", "lengths.csv",
+    Case("length file", "workload describe {tmp}/lengths.csv", "lengths.csv",
          (("lengths.csv", "num_tokens,num_tokens\n1024,2048\n"),)),
     Case("model shape", f"simulate {QS} --set model.hidden_size=3577 --set model.num_attention_heads=7 "
          "--set model.num_kv_heads=7", "model.num_attention_heads"),
