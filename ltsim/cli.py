@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"ltsim {args.command}: error: unrecognized arguments: {' '.join(unknown)}. Fix: see "
                f"`ltsim {args.command} --help`")
         return EXIT_BAD_INPUT
+    if sys.stdout is None:  # started with `>&-`: Python has no standard output at all
+        _error(f"ltsim {args.command}: error: standard output must be open (got it closed). Fix: "
+               "send it to a file or to /dev/null")
+        return EXIT_BAD_INPUT
     try:
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a full disk shows here, not as Python's complaint at exit

@@ -4,6 +4,7 @@ OSError turned into a ConfigError naming the flag."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import shutil
@@ -53,14 +54,38 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
     for flag, path in outputs.items():
         if path is None:
             continue
-        where = path.resolve()
-        if any(where == p.resolve() or _same_file(path, p) for p in inputs):
+        where = _resolved(flag, path)
+        if any(where == _resolved(flag, p) or _same_file(path, p) for p in inputs):
             raise ConfigError(flag, "a file other than the command's input", str(path),
                               "choose another file name (the input would be overwritten)")
         if where in seen:
             raise ConfigError(flag, f"a file other than {seen[where]}'s", str(path),
                               "give each output its own file name")
         seen[where] = flag
+
+
+def _resolved(flag: str, path: Path) -> Path:
+    """``path.resolve()``; a symbolic-link loop (a RuntimeError in Python 3.11, an OSError
+    later) is a ConfigError naming ``flag``."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        raise _loop(flag, path) from None
+
+
+def _loop(flag: str, path: Path) -> ConfigError:
+    return ConfigError(flag, "a path without a symbolic-link loop", str(path),
+                       "remove the link, or give another file name")
+
+
+def _check_no_loop(flag: str, path: Path) -> None:
+    """A link that leads back to itself: writing through it fails late, with a confusing error
+    ("File exists" from mkdir)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _loop(flag, path) from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -88,6 +113,7 @@ def check_output(flag: str, path: Path | None) -> None:
 
 
 def _check_output(flag: str, path: Path) -> None:
+    _check_no_loop(flag, path)
     if path.is_dir():
         raise ConfigError(flag, "a file path, not a directory", str(path),
                           f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
@@ -111,6 +137,7 @@ def check_folder(flag: str, path: Path | None) -> None:
     if path is None:
         return
     path = Path(path)
+    _check_no_loop(flag, path)
     try:
         if path.exists() and not path.is_dir():
             raise ConfigError(flag, "a folder, not a file", str(path),

@@ -41,7 +41,8 @@ METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_b
 def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
     """``["strategy.k=1,2", "strategy.chunk_size=4096,8192"]`` -> the 4 override dicts.
 
-    Values use TOML syntax; a list value is written with brackets and is not split.
+    Values use TOML syntax, split at the commas outside brackets and quotes: a list value is
+    written with brackets, `workload.lengths=[4, 2],[8]` grids two lists.
     """
     axes: list[tuple[str, list[Any]]] = []
     for spec in specs:
@@ -53,7 +54,7 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
         if key in (k for k, _ in axes):
             raise ConfigError("--grid", "given once per key", spec,
                               f"put every value of {key} in one --grid")
-        parts = [text] if text.strip().startswith("[") else text.split(",")
+        parts = _top_level_values(text)
         if not text.strip():
             raise ConfigError("--grid", "given at least one value", spec)
         if not all(p.strip() for p in parts):
@@ -74,6 +75,26 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
                           "sweep fewer values per key, or split the sweep (a --db resumes it)")
     return [dict(zip([k for k, _ in axes], combo))
             for combo in itertools.product(*(v for _, v in axes))]
+
+
+def _top_level_values(text: str) -> list[str]:
+    """``"1,2"`` -> ["1", "2"]; ``"[4, 2],[8]"`` -> ["[4, 2]", "[8]"]: split at the commas outside
+    brackets, braces and quotes, so list and table values can be gridded."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) -> dict[str, Any]:

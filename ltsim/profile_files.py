@@ -81,6 +81,7 @@ TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "optimizer": ("model", "optimizer", "dtype"),
 }
 METHODS = ("measured", "published", "analytic")
+META_METHODS = (*METHODS, "mixed", "derived")  # a whole profile's: "derived" scales another's
 # the files a profile is read from (the cache and a sweep's store key on these alone), and the
 # most bytes one may hold: the largest shipped table is 0.9 MB
 PROFILE_FILES = ("meta.json", *(f"{table}.csv" for table in TABLE_COLUMNS))
@@ -96,7 +97,7 @@ class ProfileMeta:
 
     device: str
     memory_bytes: int
-    method: str  # measured | published | analytic | mixed
+    method: str  # one of META_METHODS
     date: str
     software: dict[str, str] = field(default_factory=dict)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-table provenance
@@ -163,6 +164,14 @@ def read_meta(directory: str | Path) -> ProfileMeta:
     if not (number and 0 < meta.memory_bytes < NO_LIMIT_BYTES) or not tables_ok:
         raise ProfileError(f"{path}: meta.json must give memory_bytes as a positive number and "
                            "tables as an object of objects. Fix: compare with profiles/cpu-ci/meta.json")
+    texts = (meta.device, meta.date, meta.command, meta.notes)
+    software_ok = isinstance(meta.software, dict) and all(isinstance(v, str)
+                                                          for v in meta.software.values())
+    if not (all(isinstance(t, str) for t in texts) and meta.device and software_ok
+            and meta.method in META_METHODS):  # its values never quoted: a file's content
+        raise ProfileError(f"{path}: meta.json must give device (non-empty), date, command and "
+                           f"notes as text, software as an object of texts, and method as one of "
+                           f"{', '.join(META_METHODS)}. Fix: compare with profiles/cpu-ci/meta.json")
     return meta
 
 
@@ -228,8 +237,10 @@ def read_rows(directory: str | Path, name: str) -> Table:
     lines are skipped, as pandas reads it); raises ProfileError if missing, empty or bad."""
     path = Path(directory) / f"{name}.csv"
     if not path.is_file():
-        raise ProfileError(f"profile '{directory}' has no {name}.csv. Fix: re-run the profiler or the "
-                           f"profile's build script so it writes {name}.csv")
+        what = "a link to no file" if path.is_symlink() else "no file" if not path.exists() else (
+            "not a regular file")
+        raise ProfileError(f"profile '{directory}' has no {name}.csv ({what} there). Fix: re-run "
+                           f"the profiler or the profile's build script so it writes {name}.csv")
     fix = f"Fix: re-run the profiler or the profile's build script so it rewrites {name}.csv"
     try:
         text = _read_bounded(path, f"table '{name}'", fix).decode("utf-8-sig")
@@ -276,7 +287,8 @@ def _typed(fields: list[str]) -> list:
 def read_optional_rows(directory: str | Path, name: str) -> Table | None:
     """``read_rows`` for a table a profile may leave out: None when ``<name>.csv`` is absent; a file
     that is there but broken is a ProfileError like any table's."""
-    if not (Path(directory) / f"{name}.csv").exists():
+    path = Path(directory) / f"{name}.csv"
+    if not (path.exists() or path.is_symlink()):  # a link to nothing is there, and broken
         return None
     return read_rows(directory, name)
 

@@ -174,8 +174,13 @@ def gds_rank(seq_ids: Sequence[int], lengths: Sequence[int], num_ranks: int, cap
     if not subset:
         return []
     start = max(at_least, math.ceil(sum(lengths[k] for k in subset) / (capacity * num_ranks)))
+    limit = capacity * num_ranks
     for count in range(start, len(subset) + 1):
         mbs = strided(subset, count)
-        if all(sum(lengths[k] for k in mb) <= capacity * num_ranks and fits(mb) for mb in mbs):
+        tokens = [sum(lengths[k] for k in mb) for mb in mbs]
+        # the same test as all(... and fits(mb) for mb in mbs); the fullest micro-batches first,
+        # as the likeliest to fail: an infeasible count costs a DACP run or two, not dozens
+        if max(tokens) <= limit and all(fits(mbs[j]) for j in sorted(
+                range(len(mbs)), key=lambda j: (-tokens[j], j))):
             return mbs
     return None

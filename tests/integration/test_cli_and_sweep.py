@@ -311,6 +311,16 @@ def test_grid_syntax_errors(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.k"]) == 2
     assert "section.key=v1,v2" in capsys.readouterr().err
+    assert main(["sweep", str(example), "--grid", "workload.lengths=[4],[8"]) == 2
+    assert "close the brackets" in capsys.readouterr().err
+
+
+def test_grid_values_split_at_top_level_commas():
+    # "[4],[8]" was one value that did not parse ("close the brackets"): lists could not be gridded
+    assert expand_grid(["workload.lengths=[4, 2],[8]", 'name="a,b",c']) == [
+        {"workload.lengths": [4, 2], "name": "a,b"}, {"workload.lengths": [4, 2], "name": "c"},
+        {"workload.lengths": [8], "name": "a,b"}, {"workload.lengths": [8], "name": "c"}]
+    assert expand_grid(["workload.lengths=[4, 2]"]) == [{"workload.lengths": [4, 2]}]
 
 
 def test_pool_tasks_keep_the_last_key_s_values_together():

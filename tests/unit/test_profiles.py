@@ -3,6 +3,7 @@ shipped profiles answering the cost model's whole range (ltsim/profiles.py, ltsi
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -12,6 +13,7 @@ import pytest
 
 from ltsim.errors import ProfileError
 from ltsim.lookup import attention_work
+from ltsim.profile_files import read_meta
 from ltsim.profiles import (PROFILES_DIR, Profile, ProfileMeta, load_profile, read_table,
                             write_meta, write_table)
 
@@ -90,6 +92,31 @@ def test_missing_table(tmp_path):
     (tmp_path / "p" / "gemm.csv").unlink()
     with pytest.raises(ProfileError, match="has no gemm.csv"):
         Profile(directory)
+
+
+@pytest.mark.parametrize("field, value", [("method", "bogus"), ("device", 123), ("device", ""),
+                                          ("software", "x"), ("software", {"torch": 2}),
+                                          ("date", 5), ("notes", ["a"])])
+def test_meta_fields_of_the_wrong_kind(tmp_path, field, value):
+    # each was accepted: only memory_bytes and tables were checked
+    directory = _write_profile(tmp_path / "p")
+    meta = tmp_path / "p" / "meta.json"
+    meta.write_text(json.dumps(json.loads(meta.read_text()) | {field: value}))
+    with pytest.raises(ProfileError, match=r"meta.json must give device \(non-empty\), date.*"
+                       r"method as one of measured, published, analytic, mixed, derived") as err:
+        read_meta(directory)
+    assert "bogus" not in str(err.value)  # a file's content is never quoted
+
+
+def test_an_optional_table_that_is_a_link_to_nothing_is_not_left_out(tmp_path):
+    # read as absent: cpu-ci without its eager table read 17% faster, without a word
+    from ltsim.profile_files import read_optional_rows
+
+    directory = _write_profile(tmp_path / "p")
+    assert read_optional_rows(directory, "eager") is None  # absent: left out
+    (tmp_path / "p" / "eager.csv").symlink_to(tmp_path / "nowhere.csv")
+    with pytest.raises(ProfileError, match=r"has no eager.csv \(a link to no file there\)"):
+        read_optional_rows(directory, "eager")
 
 
 @pytest.mark.parametrize("table, column, value", [

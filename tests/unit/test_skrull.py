@@ -46,6 +46,38 @@ def test_gds_strided_split_pairs_long_and_short():
     assert gds_rank(range(6), lengths, 1, 16, lambda mb: True) == [[1, 4], [3, 2], [5, 0]]
 
 
+def _gds_as_printed(seq_ids, lengths, num_ranks, capacity, fits):
+    """Algorithm 2 as D1-D3 read it: each count from D1's start, each micro-batch in order."""
+    import math
+
+    subset = sorted(seq_ids, key=lambda k: (lengths[k], k))
+    start = max(1, math.ceil(sum(lengths[k] for k in subset) / (capacity * num_ranks)))
+    for count in range(start, len(subset) + 1):
+        mbs = strided(subset, count)
+        if all(sum(lengths[k] for k in mb) <= capacity * num_ranks and fits(mb) for mb in mbs):
+            return mbs
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.integers(1, 3),
+       st.integers(50, 120), st.integers(20, 200))
+def test_gds_finds_what_algorithm_2_finds_running_dacp_only_where_tokens_fit(lengths, ranks, capacity, limit):
+    # it tried each count's micro-batches in order, with DACP on every one before the first too
+    # full: a 16,384-sequence Skrull batch spent 69 s there (now a fit runs only at a count whose
+    # micro-batches all hold at most C x N tokens, fullest first)
+    calls = []
+
+    def fits(mb):  # a memory rule DACP might impose: few tokens of long sequences
+        calls.append(mb)
+        return sum(lengths[k] ** 2 for k in mb) <= limit * 40
+
+    want = _gds_as_printed(range(len(lengths)), lengths, ranks, capacity, fits)
+    calls.clear()
+    assert gds_rank(range(len(lengths)), lengths, ranks, capacity, fits) == want
+    assert all(sum(lengths[k] for k in mb) <= capacity * ranks for mb in calls)
+
+
 def test_eq13_crossover_and_ratio_for_qwen_0_5b():
     """Appendix C.2 worked checks (PAPERS.md 3.1): the quadratic term dominates above 5h + h_kv =
     4608 tokens; FLOPs(32K) / FLOPs(4K) = 34.4."""

@@ -550,6 +550,18 @@ CASES: tuple[Case, ...] = (
     Case("model shape", f"simulate {QS} --set model.hidden_size=3577 --set model.num_attention_heads=7 "
          "--set model.num_kv_heads=7", "model.num_attention_heads"),
     Case("parallel degrees", f"simulate {QS} --set hardware.num_nodes=4000000", "hardware.num_nodes"),
+    # -- found by a probe of 875 new inputs (2026-11-24, a seventh session) ----------------------------
+    Case("output path", f"simulate {FIG2} --trace {{tmp}}/loop.json", "--trace",
+         (("loop.json", Link("loop.json")),)),
+    Case("output path", f"sweep {FIG6} --grid strategy.k=1,2 --db {{tmp}}/loop.sqlite", "--db",
+         (("loop.sqlite", Link("loop.sqlite")),)),
+    Case("output path", f"validate {TINY} --profile cpu-ci --out {{tmp}}/loop", "--out",
+         (("loop", Link("loop")),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
+         (("p", Profile((("eager.csv", None),))), ("p/eager.csv", Link("/nonexistent/eager.csv")))),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "meta.json",
+         (("p", Profile((("meta.json", _META.replace('"method": "measured"',
+                                                     f'"method": "{SECRET}"')),))),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
