@@ -342,6 +342,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points = expand_grid(args.grid)
     if not points or not args.grid:
         raise ConfigError("--grid", "given at least once", None, "e.g. --grid strategy.k=1,2,4")
+    fixed = {spec.split("=", 1)[0].strip() for spec in args.set or ()}
+    both = next((key for key in points[0] if key in fixed), None)
+    if both is not None:  # each point's value would silently replace the --set one
+        raise ConfigError("--grid", "a key not also given with --set", both,
+                          f"drop --set {both}=..., or add its value to the grid")
+    if args.db is not None and str(args.db) == ":memory:":  # SQLite's name for no file at all
+        raise ConfigError("--db", "a file (a sweep resumes from it)", str(args.db),
+                          "give a file name, e.g. --db out/sweep.sqlite, or leave --db out")
     check_executor(args.executor)
     if args.top < 1:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
@@ -462,7 +470,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.errors import ProfileError
     from ltsim.profiles import available_profiles, resolve_profile
     from ltsim.scenario import load_scenario
-    from ltsim.validate import require_real_device, summary_text, validate_scenario, write_outputs
+    from ltsim.validate import (require_real_device, same_kind_of_device, summary_text,
+                                validate_scenario, write_outputs)
 
     _require_torch("validate")
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
@@ -476,7 +485,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
-    other_model = _same_kind_of_device(scenario, profile, args.profile)
+    other_model = same_kind_of_device(scenario, profile, args.profile)
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     started = time.perf_counter()
 
@@ -495,41 +504,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         text += "\n" + "\n".join(f"written {p}" for p in paths)
     print(text)
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
-
-
-def _same_kind_of_device(scenario: Any, profile: Path, given: str) -> str:
-    """The executor runs where the scenario's preset says (the CPU for ``cpu``); a profile measured
-    on the other kind of device predicts another machine (an H100 profile against a CPU run read
-    +99%): refused. A warning when it names another model of the same kind (cpu-ci, measured on an
-    Intel Xeon, read +73% on an AMD EPYC), else ""."""
-    from ltsim.profile_files import read_meta
-
-    measured_on = read_meta(profile).device  # never quoted: a file's content
-    on_cpu = scenario.cluster.device.name == "cpu"
-    if on_cpu != measured_on.lower().startswith("cpu"):
-        raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
-                          f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
-                          f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
-                          f"{'cpu' if on_cpu else 'cuda'}` wrote",
-                          context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
-    here = _this_device(on_cpu)
-    if not here or measured_on == here:
-        return ""
-    return (f"validate: warning: {given} was measured on another {'CPU' if on_cpu else 'GPU'} "
-            f"model than this machine's ({here.removeprefix('cpu: ')}); the prediction describes "
-            f"that machine. `ltsim profile --device {'cpu' if on_cpu else 'cuda'}` measures this "
-            "one")  # the profile's own device is not quoted (a file's content)
-
-
-def _this_device(on_cpu: bool) -> str:
-    """This machine's device as `ltsim profile` names it in meta.json ("" when unknown)."""
-    import torch
-
-    from ltsim.profiler.environment import cpu_model
-
-    if on_cpu:
-        return f"cpu: {cpu_model()}"
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -508,6 +508,13 @@ def _read_table(path: str) -> Rows:
                           "number of tokens", context=f"column {column} holds "
                           f"{frame[column].dtype} values")
     numeric = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    other = LENGTH_COLUMNS[1]
+    if column != other and other in frame.columns and not np.array_equal(
+            numeric, pd.to_numeric(frame[other], errors="coerce").to_numpy(dtype=np.float64),
+            equal_nan=True):  # which of two length columns is meant is a guess
+        raise ConfigError(KEY, f"a table with one length column ({column} or {other}, or both "
+                          "with the same values)", path, f"drop the {other} column, or rename it",
+                          context="they differ")
     bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
     if bad.size:
         raise _not_integer(path, f"row {bad[0] + 1} of column {column}")

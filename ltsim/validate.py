@@ -132,6 +132,41 @@ def require_real_device(scenario: "Scenario") -> None:
                           "unit", "use hardware.preset = \"cpu\" on this machine")
 
 
+def same_kind_of_device(scenario: "Scenario", profile: Path, given: str) -> str:
+    """The executor runs where the scenario's preset says (the CPU for ``cpu``); a profile measured
+    on the other kind of device predicts another machine (an H100 profile against a CPU run read
+    +99%): refused. A warning when it names another model of the same kind (cpu-ci, measured on an
+    Intel Xeon, read +73% on an AMD EPYC), else ""."""
+    from ltsim.profile_files import read_meta
+
+    measured_on = read_meta(profile).device  # never quoted: a file's content
+    on_cpu = scenario.cluster.device.name == "cpu"
+    if on_cpu != measured_on.lower().startswith("cpu"):
+        raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
+                          f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
+                          f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
+                          f"{'cpu' if on_cpu else 'cuda'}` wrote",
+                          context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
+    here = _this_device(on_cpu)
+    if not here or measured_on == here:
+        return ""
+    return (f"validate: warning: {given} was measured on another {'CPU' if on_cpu else 'GPU'} "
+            f"model than this machine's ({here.removeprefix('cpu: ')}); the prediction describes "
+            f"that machine. `ltsim profile --device {'cpu' if on_cpu else 'cuda'}` measures this "
+            "one")  # the profile's own device is not quoted (a file's content)
+
+
+def _this_device(on_cpu: bool) -> str:
+    """This machine's device as `ltsim profile` names it in meta.json ("" when unknown)."""
+    import torch
+
+    from ltsim.profiler.environment import cpu_model
+
+    if on_cpu:
+        return f"cpu: {cpu_model()}"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
 def executor_device(scenario: "Scenario") -> tuple[str, str]:
     """(backend, device) to run the scenario's plan on this machine; raises ConfigError."""
     if scenario.cluster.device.name == "cpu":

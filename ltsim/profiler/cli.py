@@ -65,6 +65,11 @@ def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
         except ConfigError as exc:
             raise ConfigError("--model", exc.rule, name, "give one of these catalog names",
                               context=exc.context) from None
+    if not args.resume and (Path(args.out) / "meta.json").exists():  # its tables would be
+        # measured again and replaced, a shipped profile's too
+        raise ConfigError("--out", "a folder without a profile, or given with --resume",
+                          str(args.out), "give a new folder; --resume completes this one (delete "
+                          "a table first to measure it again)")
     with progress_stream(progress):
         return run_profile(device=args.device, out=args.out, models=list(args.models),
                            tp_degrees=list(args.tp_degrees), quick=args.quick, resume=args.resume,

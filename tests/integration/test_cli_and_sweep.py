@@ -313,6 +313,12 @@ def test_grid_syntax_errors(capsys):
     assert "section.key=v1,v2" in capsys.readouterr().err
     assert main(["sweep", str(example), "--grid", "workload.lengths=[4],[8"]) == 2
     assert "close the brackets" in capsys.readouterr().err
+    # the grid replaced the --set value of the same key without a word
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--set", "strategy.k=3"]) == 2
+    assert "a key not also given with --set (got 'strategy.k')" in capsys.readouterr().err
+    # SQLite's in-memory database: nothing stored, nothing to resume
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--db", ":memory:"]) == 2
+    assert "'--db' must be a file" in capsys.readouterr().err
 
 
 def test_grid_values_split_at_top_level_commas():

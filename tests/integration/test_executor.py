@@ -325,7 +325,7 @@ def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
 
 def test_validate_warns_of_a_profile_of_another_cpu_model(repo, tmp_path):
     # cpu-ci was measured on an Intel Xeon; on an AMD EPYC it read +73% without a word
-    from ltsim.cli import _same_kind_of_device
+    from ltsim.validate import same_kind_of_device
     from ltsim.profiler.environment import cpu_model
     from ltsim.scenario import load_scenario
 
@@ -333,7 +333,7 @@ def test_validate_warns_of_a_profile_of_another_cpu_model(repo, tmp_path):
     meta = json.loads((repo / "profiles" / "cpu-ci" / "meta.json").read_text())
     for device, warned in ((f"cpu: {cpu_model()}", False), ("cpu: Another CPU 9000", True)):
         (tmp_path / "meta.json").write_text(json.dumps(meta | {"device": device}))
-        err = _same_kind_of_device(scenario, tmp_path, "mine")
+        err = same_kind_of_device(scenario, tmp_path, "mine")
         assert ("mine was measured on another CPU model than this machine's" in err) == warned
         assert "9000" not in err  # a file's content is never quoted
 

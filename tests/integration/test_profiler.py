@@ -246,6 +246,9 @@ def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     (["--tp", "3,5"], "'--tp' must be degrees that llama-tiny can take (got [3, 5]); tp 3: "
      "divisors of llama-tiny's num_attention_heads (8)"),
     (["--model", "nope"], "'--model' must be one of"),
+    # an existing profile was measured again and replaced, a shipped one too
+    (["--out", "profiles/cpu-ci"], "'--out' must be a folder without a profile, or given with "
+     "--resume (got 'profiles/cpu-ci')"),
 ])
 def test_cli_rejects_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                 argv: list[str], message: str) -> None:

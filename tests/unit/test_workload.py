@@ -504,6 +504,16 @@ def test_a_table_naming_its_length_column_twice(tmp_path: Path, header: str) -> 
         load_dataset(str(path))
 
 
+def test_a_table_with_two_length_columns_that_disagree(tmp_path: Path) -> None:
+    # num_tokens was read and length ignored, without a word
+    path = tmp_path / "l.csv"
+    path.write_text("num_tokens,length\n100,200\n300,300\n")
+    with pytest.raises(ConfigError, match=r"one length column \(num_tokens or length, or both"):
+        load_dataset(str(path))
+    path.write_text("num_tokens,length\n100,100\n300,300\n")
+    assert load_dataset(str(path)).num_tokens.tolist() == [100, 300]
+
+
 def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
     # splitlines() cut a line inside a JSON string at U+2028 or U+0085
     path = tmp_path / "l.jsonl"

@@ -562,6 +562,12 @@ CASES: tuple[Case, ...] = (
     Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "meta.json",
          (("p", Profile((("meta.json", _META.replace('"method": "measured"',
                                                      f'"method": "{SECRET}"')),))),)),
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=1,2 --set strategy.k=3", "--grid"),
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db :memory:", "--db"),
+    Case("length file", "workload describe {tmp}/lengths.csv", "lengths.csv",
+         (("lengths.csv", "num_tokens,length\n1024,2048\n"),)),
+    Case("output path", "profile --device cpu --quick --out {tmp}/p", "--out",
+         (("p", Profile(())),)),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
