@@ -28,6 +28,7 @@ from ltsim.costs.buffers import BufferCosts
 from ltsim.costs.comm import CommCosts
 from ltsim.costs.compute import ComputeCosts
 from ltsim.costs.eager import eager_costs
+from ltsim.errors import ConfigError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
@@ -45,6 +46,18 @@ def _flops_table(model: ModelSpec) -> dict[tuple[int, int], float]:
     return {}
 
 
+def _check_device_kind(cluster: ClusterSpec, measured_on: str) -> None:
+    """The preset gives the peak FLOP/s (MFU) and the memory, the profile the times: a CPU's
+    times against a GPU preset read MFU 0.02% without a word. Raises ConfigError."""
+    on_cpu = cluster.device.name == "cpu"
+    if on_cpu != measured_on.lower().startswith("cpu"):  # the device itself is never quoted
+        raise ConfigError("hardware.profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'}"
+                          f" (hardware.preset '{cluster.device.name}' is one)", cluster.profile_dir,
+                          f"leave hardware.profile out (the preset's own is "
+                          f"{cluster.device.profile}), or choose the preset of the profile's device",
+                          context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
+
+
 class TableCostModel:
     """Durations from a profile directory, bytes from the memory model (module docstring)."""
 
@@ -54,6 +67,7 @@ class TableCostModel:
         self.model, self.cluster = model, cluster
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
+        _check_device_kind(cluster, self.profile.meta.device)
         self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)

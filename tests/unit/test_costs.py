@@ -7,7 +7,7 @@ import pytest
 
 from ltsim.cli import main
 from ltsim.costs.table import TableCostModel
-from ltsim.errors import ProfileError
+from ltsim.errors import ConfigError, ProfileError
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.model import get_model
 from ltsim.plan import Buffer, Comm, Device, Keep, OpKind, Slice, Split, Work
@@ -138,6 +138,16 @@ def test_unknown_profile_is_a_clear_error(tmp_path, capsys, repo):
     assert main(["simulate", str(scenario), "--set", 'hardware.profile="no-such-gpu"']) == 2
     err = capsys.readouterr().err
     assert "hardware.profile" in err and "no-such-gpu" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("preset, profile, kind", [("h100-sxm5-80gb", "cpu-ci", "a GPU"),
+                                                   ("cpu", "h100-sxm5-80gb", "a CPU")])
+def test_a_profile_of_the_other_kind_of_device_is_refused(preset, profile, kind):
+    # a CPU's times against an H100 preset's peak FLOP/s read MFU 0.02% without a word
+    with pytest.raises(ConfigError, match=rf"'hardware.profile' must be a profile measured on {kind}"):
+        TableCostModel(get_model("llama-tiny"), ClusterSpec(device=get_device(preset),
+                                                            profile=profile,
+                                                            attention_kernel="torch_sdpa"))
 
 
 def test_backward_gemms_come_from_the_measured_dgrad_and_wgrad_rows() -> None:

@@ -566,6 +566,8 @@ CASES: tuple[Case, ...] = (
     Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db :memory:", "--db"),
     Case("length file", "workload describe {tmp}/lengths.csv", "lengths.csv",
          (("lengths.csv", "num_tokens,length\n1024,2048\n"),)),
+    Case("profile tables", f"simulate {QS} --set hardware.profile=cpu-ci "
+         "--set hardware.attention_kernel=torch_sdpa", "hardware.profile"),
     Case("output path", "profile --device cpu --quick --out {tmp}/p", "--out",
          (("p", Profile(())),)),
     # -- command line ----------------------------------------------------------------------------------
