@@ -158,7 +158,7 @@ def write_markdown(rows: list[dict], summary: dict, args: argparse.Namespace, pa
     mark = {True: "met", False: "MISSED"}
     warnings = sorted({w for r in rows for w in r["warnings"]})
     text = [
-        "# Executor CPU validation: predicted (profiles/cpu-ci) vs measured (gloo, llama-tiny fp32)",
+        f"# Executor CPU validation: predicted ({args.profile}) vs measured (gloo, llama-tiny fp32)",
         "", f"Command: `{context['command']}`", "",
         f"Machine: {context['machine']}; torch {context['torch']}; one torch thread per process. "
         f"Load average (1 min) {context['load_before']:.2f} before, {context['load_after']:.2f} "
@@ -210,13 +210,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from ltsim.profiler.environment import cpu_model
+
     args = parse_args(argv)
     labels = args.only or list(PLANS)
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     rows = [run_plan(label, args) for label in labels]
     summary = summarize(rows)
     context = {"command": "python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
-               "machine": f"{platform.machine()} {os.cpu_count()} cores", "torch": torch.__version__,
+               "machine": f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores",
+               "torch": torch.__version__,
                "load_before": load_before, "load_after": os.getloadavg()[0],
                "wall_s": time.perf_counter() - started}
     write_markdown(rows, summary, args, Path(args.out), context)
