@@ -108,6 +108,11 @@ class ProfileMeta:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+def measured_on_cpu(meta: ProfileMeta) -> bool:
+    """Whether the profile's tables time a CPU (`ltsim profile --device cpu` names it "cpu: ...")."""
+    return meta.device.lower().startswith("cpu")
+
+
 def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
     """Write meta.json into ``directory`` (created if needed)."""
     path = Path(directory)

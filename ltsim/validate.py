@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -137,18 +136,18 @@ def same_kind_of_device(scenario: "Scenario", profile: Path, given: str) -> str:
     on the other kind of device predicts another machine (an H100 profile against a CPU run read
     +99%): refused. A warning when it names another model of the same kind (cpu-ci, measured on an
     Intel Xeon, read +73% on an AMD EPYC), else ""."""
-    from ltsim.profile_files import read_meta
+    from ltsim.profile_files import measured_on_cpu, read_meta
 
-    measured_on = read_meta(profile).device  # never quoted: a file's content
+    meta = read_meta(profile)  # its device is never quoted: a file's content
     on_cpu = scenario.cluster.device.name == "cpu"
-    if on_cpu != measured_on.lower().startswith("cpu"):
+    if on_cpu != measured_on_cpu(meta):
         raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
                           f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
                           f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
                           f"{'cpu' if on_cpu else 'cuda'}` wrote",
                           context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
     here = _this_device(on_cpu)
-    if not here or measured_on == here:
+    if not here or meta.device == here:
         return ""
     return (f"validate: warning: {given} was measured on another {'CPU' if on_cpu else 'GPU'} "
             f"model than this machine's ({here.removeprefix('cpu: ')}); the prediction describes "
@@ -224,11 +223,10 @@ MAX_EXECUTION_S = 3600.0  # what validate may run for; a longer plan is a mistak
 def _fits_this_host(needed: int) -> None:
     """The CPU executor's processes share this machine's memory: a plan predicted to need more
     than it has would swap or be killed after minutes (an 8B model in fp32 on CPU)."""
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):  # not POSIX: nothing to compare with
-        return
-    if needed > have:
+    from ltsim.profiler.environment import host_memory_bytes
+
+    have = host_memory_bytes()  # 0 where unknown: nothing to compare with
+    if have and needed > have:
         raise ConfigError("hardware.preset", f"a plan that fits this machine's {have / 2**30:.1f} "
                           "GiB of memory (the CPU executor runs every device here)",
                           f"{needed / 2**30:.1f} GiB predicted", "use a smaller model, shorter "

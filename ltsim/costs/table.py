@@ -32,6 +32,7 @@ from ltsim.errors import ConfigError
 from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
+from ltsim.profile_files import ProfileMeta, measured_on_cpu
 from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile
 from ltsim.units import dtype_bytes
 
@@ -46,11 +47,11 @@ def _flops_table(model: ModelSpec) -> dict[tuple[int, int], float]:
     return {}
 
 
-def _check_device_kind(cluster: ClusterSpec, measured_on: str) -> None:
+def _check_device_kind(cluster: ClusterSpec, meta: ProfileMeta) -> None:
     """The preset gives the peak FLOP/s (MFU) and the memory, the profile the times: a CPU's
     times against a GPU preset read MFU 0.02% without a word. Raises ConfigError."""
     on_cpu = cluster.device.name == "cpu"
-    if on_cpu != measured_on.lower().startswith("cpu"):  # the device itself is never quoted
+    if on_cpu != measured_on_cpu(meta):  # the device itself is never quoted
         raise ConfigError("hardware.profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'}"
                           f" (hardware.preset '{cluster.device.name}' is one)", cluster.profile_dir,
                           f"leave hardware.profile out (the preset's own is "
@@ -67,7 +68,7 @@ class TableCostModel:
         self.model, self.cluster = model, cluster
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
-        _check_device_kind(cluster, self.profile.meta.device)
+        _check_device_kind(cluster, self.profile.meta)
         self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)

@@ -173,8 +173,8 @@ def gds_rank(seq_ids: Sequence[int], lengths: Sequence[int], num_ranks: int, cap
     subset = sorted(seq_ids, key=lambda k: (lengths[k], k))
     if not subset:
         return []
-    start = max(at_least, math.ceil(sum(lengths[k] for k in subset) / (capacity * num_ranks)))
     limit = capacity * num_ranks
+    start = max(at_least, math.ceil(sum(lengths[k] for k in subset) / limit))
     for count in range(start, len(subset) + 1):
         mbs = strided(subset, count)
         tokens = [sum(lengths[k] for k in mb) for mb in mbs]

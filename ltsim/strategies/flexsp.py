@@ -46,9 +46,9 @@ import numpy as np
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Comm, Keep, OpKind, Plan, Slice, Split, Work
+from ltsim.strategies import milp
 from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.deepspeed_cp import bucket_tokens, check_no_pipeline
-from ltsim.strategies import milp
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
 from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy
