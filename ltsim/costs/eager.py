@@ -12,8 +12,9 @@ without them (published or analytic tables, older profiles) prices kernels alone
   bottleneck of short ones.
 - ``OptimizerRate``: seconds of the executor's Adam step as intercept + slope x parameters, from
   its rows at 1 and 2 layers. It prices OPT for ``optimizer_dtype = "model"`` (the executor's
-  convention: Adam state in the parameters' dtype, ``foreach=False``); fp32 master weights keep
-  the bytes-through-HBM estimate (table.py).
+  convention: Adam state in the parameters' dtype, ``foreach=False``) and for an fp32 model
+  under ``"fp32"`` (the same state and step); fp32 master weights of a 16-bit model keep the
+  bytes-through-HBM estimate (table.py).
 
 Rows of the simulated model are used when the profile has them, else those of the measured model
 closest in hidden size (the floor is host work, nearly independent of width; optimizer.csv has no

@@ -11,7 +11,8 @@ CPU-Adam), those 28 B plus the model-dtype copy it writes go through the host's 
 per GPU (a roofline floor: a measured CPU-Adam is slower), and the updated weights go back to the
 device over the host link. With ``optimizer_dtype = "model"`` (Adam state in the
 parameters' dtype, the executor's convention) and a profile with optimizer.csv, the measured step
-time instead (costs/eager.py).
+time instead (costs/eager.py); so too for an fp32 model under ``"fp32"``, whose state (fp32
+moments, no master copy) and step are the same.
 
 Memory: ``memory_limit_bytes`` is the device memory less the allocator allowance
 (memory.ALLOCATOR_OVERHEAD: fixed CUDA-context/NCCL bytes, then the fragmentation share), the one
@@ -102,8 +103,11 @@ class TableCostModel:
             e = dtype_bytes(self.model.dtype)  # buffers (DeepSpeed's ZeRO-Offload pins them)
             return (params / shards * (OPT_BYTES_PER_PARAM + e) / spec.host_dram_bytes_per_s
                     + self._comm.host.time_s("h2d", params / shards * e, pinned=True))
-        if device.optimizer_dtype == "model" and self._optimizer_rate is not None:
-            return self._optimizer_rate.time_s(params / shards)  # measured (costs/eager.py)
+        if self._optimizer_rate is not None and (device.optimizer_dtype == "model"
+                                                 or dtype_bytes(self.model.dtype) >= mem.FP32_BYTES):
+            # the executor's step, measured (costs/eager.py): Adam state in the model dtype, which
+            # for an fp32 model is also the "fp32" convention (no master copy: memory.py)
+            return self._optimizer_rate.time_s(params / shards)
         return params / shards * OPT_BYTES_PER_PARAM / spec.hbm_bytes_per_s
 
     def buffer_bytes(self, buffer: Buffer) -> int:

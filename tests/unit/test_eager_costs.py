@@ -220,7 +220,7 @@ def test_a_slice_with_context_adds_what_the_rows_with_context_measure(tmp_path, 
             no_context.compute_s(OpKind.F, w, keep=Keep.KV) + {256: 1.0, 1024: 3.0}[c] * MS)
 
 
-def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_path, repo):
+def test_the_measured_optimizer_step_prices_the_executors_step_only(tmp_path, repo):
     model = replace(get_model("llama-tiny"), dtype="fp32")
     cluster = ClusterSpec(device=get_device("cpu"), num_nodes=1, gpus_per_node=2,
                           profile=str(_profile(tmp_path, repo)))
@@ -229,8 +229,12 @@ def test_the_measured_optimizer_step_prices_the_executors_convention_only(tmp_pa
                     head=True, optimizer_dtype="model", grad_dtype="model")
     params = cost._buffers.static_bytes(device).num_parameters
     assert cost.optimizer_s(device) == pytest.approx(1e-4 + 2e-9 * params)
+    # an fp32 model under "fp32" keeps the same state (no master copy) and takes the same step
     fp32 = replace(device, optimizer_dtype="fp32", grad_dtype="fp32")
-    assert cost.optimizer_s(fp32) == pytest.approx(
+    assert cost.optimizer_s(fp32) == cost.optimizer_s(device)
+    # fp32 master weights of a 16-bit model: not the executor's step, bytes through memory
+    bf16 = TableCostModel(replace(model, dtype="bf16"), cluster)
+    assert bf16.optimizer_s(fp32) == pytest.approx(
         params * 28.0 / cluster.device.hbm_bytes_per_s)
 
 
