@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, build_parser
+from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, STDOUT, build_parser
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
 from ltsim.cli_progress import batch_progress, count_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
@@ -557,12 +557,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     exporter = get_format(args.format)  # a bad name fails before the simulation runs
     scenario = load_scenario(args.scenario, args.set)
-    check_output("--out", args.out)
-    check_distinct({"--out": args.out}, _inputs(args.scenario, scenario))
+    out = None if args.out == STDOUT else args.out
+    check_output("--out", out)
+    check_distinct({"--out": out}, _inputs(args.scenario, scenario))
     simulated = run(scenario)
     schedule = exporter(simulated.plans[0])
-    written("--out", args.out, lambda: args.out.write_text(schedule.to_csv(), newline=""))
-    print(f"{schedule.describe()}\nschedule written to {args.out}")
+    if out is None:  # the schedule alone on standard output, for a pipe; the summary beside it
+        sys.stdout.write(schedule.to_csv())
+        _error(schedule.describe())
+    else:
+        written("--out", out, lambda: out.write_text(schedule.to_csv(), newline=""))
+        print(f"{schedule.describe()}\nschedule written to {out}")
     if not simulated.result.fits:  # written all the same: a schedule to inspect, not to run
         _error(f"warning: the plan does not fit: {simulated.result.fit_reason}")
     return EXIT_OK

@@ -20,15 +20,26 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+STDOUT = "-"  # export --out -: the schedule on standard output
+
+
 def _file_arg(text: str) -> Path:
     """An output file's path; one that ends in a slash names a folder (Path would drop the slash
-    and write a file of the folder's name)."""
+    and write a file of the folder's name). '-' (standard output, as many tools read it) is
+    refused where the output is not text for a pipe (export's --out takes it: _file_or_stdout)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a file name (got an empty name)")
+    if text == STDOUT:
+        raise argparse.ArgumentTypeError("must be a file name: '-' (standard output) is not taken "
+                                         "here; write ./- for a file named '-'")
     if text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a file name, not a folder (it ends "
                                          "in a slash)")
     return Path(text)
+
+
+def _file_or_stdout(text: str) -> Path | str:
+    return STDOUT if text == STDOUT else _file_arg(text)
 
 
 def _input_arg(text: str) -> str:
@@ -104,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", type=_input_arg, help="scenario TOML file")
     p.add_argument("--format", required=True, help="torch-pipelining: the compute-only CSV that "
                    "torch.distributed.pipelining's _load_csv reads (DP replica 0)")
-    p.add_argument("--out", type=_file_arg, required=True, help="file to write")
+    p.add_argument("--out", type=_file_or_stdout, required=True,
+                   help="file to write ('-': standard output, the summary then on standard error)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value, TOML syntax (e.g. strategy.k=2)")
     return parser

@@ -316,7 +316,9 @@ def _too_long(path: str, where: str) -> ConfigError:
                        "remove or correct that row", context=f"{where} is longer")
 
 
-_WHOLE = re.compile(r"[+-]?[0-9]+")  # a .txt length: ASCII digits, as the CSV and JSON readers take
+_WHOLE = re.compile(r"[+-]?[0-9]+(?:\.0*)?")  # a .txt length: ASCII digits, and a whole
+# number written as a decimal (1024.0, as an exported float column holds), as the CSV and
+# JSON readers take them
 
 
 def _read_txt(path: str) -> Rows:
@@ -340,7 +342,7 @@ def _read_txt(path: str) -> Rows:
             raise _not_integer(path, f"line {offset + i + 1}")
         # held within int64: below 1 and too long are refused by their place, however far (by
         # its digits: int() refuses more than 4,300, leading zeros included)
-        negative, digits = field[0] == "-", field.lstrip("+-").lstrip("0") or "0"
+        negative, digits = field[0] == "-", field.partition(".")[0].lstrip("+-").lstrip("0") or "0"
         value = MAX_SEQUENCE_TOKENS + 1 if len(digits) > 18 else int(digits)
         rest.append(-1 if negative and value else min(value, MAX_SEQUENCE_TOKENS + 1))
     values = np.concatenate([head, np.array(rest, dtype=np.int64)]) if rest else head

@@ -67,4 +67,7 @@ def folder_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a folder (got an empty name; write . for the "
                                          "current folder)")
+    if text == "-":  # standard output to many tools: not a folder's name by accident
+        raise argparse.ArgumentTypeError("must name a folder: '-' (standard output) is not taken "
+                                         "here; write ./- for a folder named '-'")
     return Path(text)

@@ -118,6 +118,28 @@ def test_cli_writes_the_schedule(tmp_path, capsys):
     assert f"schedule written to {out}" in text
 
 
+def test_cli_writes_the_schedule_to_standard_output_with_out_dash(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(FIG2), "--format", "torch-pipelining", "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == FIG2_GOLDEN  # the schedule alone: a pipe reads a CSV
+    assert "megatron-1f1b: 4 pipeline ranks, 4 micro-batches" in captured.err
+    assert list(tmp_path.iterdir()) == []  # no file named '-'
+
+
+@pytest.mark.parametrize("argv", [["simulate", str(FIG2), "--trace", "-"],
+                                  ["simulate", str(FIG2), "--plot", "-"],
+                                  ["validate", str(FIG2), "--out", "-"]])
+def test_a_dash_is_refused_where_an_output_cannot_go_to_standard_output(argv, tmp_path,
+                                                                        monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="2"):
+        main(argv)
+    err = capsys.readouterr().err
+    assert "'-' (standard output) is not taken here; write ./-" in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_refuses_chunkflow_recompute(tmp_path, capsys):
     out = tmp_path / "schedule.csv"
     assert main(["export", str(FIG6), "--format", "torch-pipelining", "--out", str(out)]) == 2

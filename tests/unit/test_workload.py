@@ -368,9 +368,19 @@ def test_csv_length_column_and_jsonl_length_field(tmp_path: Path) -> None:
     assert load_dataset(str(jsonl_path)).num_tokens.tolist() == [7, 9]
 
 
+def test_a_whole_number_written_as_a_decimal_reads_alike_in_every_format(tmp_path: Path) -> None:
+    for fmt, text in (("txt", "1024.0\n7.\n+9.00\n"), ("csv", "num_tokens\n1024.0\n7.\n+9.00\n"),
+                      ("jsonl", '{"num_tokens": 1024.0}\n{"num_tokens": 7}\n{"num_tokens": 9.00}\n')):
+        path = tmp_path / f"a.{fmt}"
+        path.write_text(text)
+        assert load_dataset(str(path)).num_tokens.tolist() == [1024, 7, 9], fmt
+
+
 @pytest.mark.parametrize("content, fmt, message", [
     ("10\n20\nabc\n", "txt", r"a file of integer lengths.*; line 3 is not a whole number\. Fix: write each"),
     ("10\n2.5\n", "txt", r"line 2 is not a whole number"),
+    ("10\n2.50\n", "txt", r"line 2 is not a whole number"),
+    ("10\n.0\n", "txt", r"line 2 is not a whole number"),
     ("10\n1_000\n", "txt", r"line 2 is not a whole number"),
     ("10\n\n-99999999999999999999999\n", "txt", r"positive lengths.*; line 3 is below 1"),
     ("10\n20 30\n", "txt", r"line 2 is not a whole number"),
