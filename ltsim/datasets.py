@@ -322,7 +322,8 @@ _WHOLE = re.compile(r"[+-]?[0-9]+(?:\.0*)?")  # a .txt length: ASCII digits, and
 
 
 def _read_txt(path: str) -> Rows:
-    """One integer per line; blank lines are skipped. Returns (lengths, row index -> 'line N').
+    """One whole number per line (1024, or 1024.0); blank lines are skipped. Returns (lengths,
+    row index -> 'line N').
 
     Lines of plain numbers are read at C speed (a 64 MiB file of them took 28 s line by line);
     from the first line that is anything else, line by line, so that a message names that line."""
