@@ -31,6 +31,9 @@ class ParallelConfig:
     # default for bf16: accumulate_allreduce_grads_in_fp32); "model": in the model dtype
     optimizer_dtype: str = "fp32"  # "fp32": fp32 master weights and Adam moments (mixed precision);
     # "model": Adam on the model-dtype weights, moments in the model dtype (no master copy)
+    overlap_grad_reduce: bool = True  # the DP gradient reduction starts with the backward that
+    # makes the gradients (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm); False:
+    # after it (Megatron-Core's default; DeepSpeed's below ZeRO-3). docs/design-notes.md
 
     @property
     def world_size(self) -> int:

@@ -204,9 +204,10 @@ class Device:
     (``cp_width`` = 1, ``cp_rank`` >= 0: ranks doing different work, Skrull). It holds the
     parameters of ``layers`` (+ embedding / LM head), split over ``tp``, with ZeRO stage
     ``zero_stage`` sharding its states over ``num_shards`` ranks, gradients and Adam state in
-    ``grad_dtype`` / ``optimizer_dtype`` ("fp32" or "model"); ``offload_optimizer``: its fp32
-    gradients and optimizer state live in host memory and the optimizer steps on the CPU (DeepSpeed
-    ZeRO-Offload). Every number is per GPU."""
+    ``grad_dtype`` / ``optimizer_dtype`` ("fp32" or "model"), the gradients reduced over the DP
+    group from the start of the backward that makes them (``overlap_grad_reduce``) or after it;
+    ``offload_optimizer``: its fp32 gradients and optimizer state live in host memory and the
+    optimizer steps on the CPU (DeepSpeed ZeRO-Offload). Every number is per GPU."""
 
     index: int
     stage: int
@@ -221,6 +222,7 @@ class Device:
     num_shards: int = 1
     grad_dtype: str = "fp32"  # ParallelConfig's: the gradients' and the optimizer state's dtypes
     optimizer_dtype: str = "fp32"
+    overlap_grad_reduce: bool = True
     offload_optimizer: bool = False
 
     @property

@@ -41,7 +41,7 @@ SCHEMA: dict[str, dict[str, str]] = {
                  "memory_limit_gib": _NUM},
     "parallel": {"tp": _INT, "cp": _INT, "cp_kind": _STR, "pp": _INT, "dp": _INT,
                  "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL,
-                 "grad_dtype": _STR, "optimizer_dtype": _STR},
+                 "grad_dtype": _STR, "optimizer_dtype": _STR, "overlap_grad_reduce": _BOOL},
     "workload": {"dataset": _STR, "max_length": _INT, "global_batch_size": _INT,
                  "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR,
                  "overlong": _STR},

@@ -168,6 +168,11 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
                               "(it keeps gradients and Adam state in the model dtype, no fp32 "
                               "master copy)", getattr(parallel, key),
                               f'set parallel.{key} = "model" so the prediction describes the run')
+    if parallel.dp > 1 and parallel.overlap_grad_reduce:
+        raise ConfigError("parallel.overlap_grad_reduce", "false for the executor with dp > 1 (it "
+                          "reduces its flat gradient buffer after the last backward, not bucket "
+                          "by bucket during it)", True, "set parallel.overlap_grad_reduce = false "
+                          "so the prediction describes the run")
     if spec.lora_rank:
         raise ConfigError("model.lora_rank", "0 for the executor (it trains every weight; LoRA "
                           "is a simulator option)", spec.lora_rank, "remove model.lora_rank")

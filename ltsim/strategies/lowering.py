@@ -18,7 +18,8 @@ per device and stream) to a new Draft:
 - ``add_dp_reduction``: the gradient reduction over the stage's data-parallel (and CP) shards on
   the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), or,
   with ZeRO-2 and no pipeline, a reduce-scatter every micro-step that the next one waits for
-  (DeepSpeed); then the optimizer step and, with a distributed optimizer, the parameter all-gather;
+  (DeepSpeed); with ``parallel.overlap_grad_reduce = false``, each after the backward instead of
+  with it; then the optimizer step and, with a distributed optimizer, the parameter all-gather;
 - ``offload.offload(kinds, sync)`` (its own module): forward buffers of those kinds copied to host
   memory after the forward and back before the chunk's first recompute or backward (ALST's
   checkpoint offload); not in the default list.
@@ -384,8 +385,9 @@ def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chun
 
 def _step_end_reduction(device: Device, compute: list[Op], grads: Comm, group) -> Op:
     """One reduction at the end of the step, started with the last backward's first part
-    (Megatron's overlap_grad_reduce); with no backward, after the last op."""
-    spans = _backward_spans(compute)
+    (Megatron's overlap_grad_reduce); without that overlap, or with no backward, after the last
+    op (Megatron's finalize_model_grads, once the pipeline schedule has returned)."""
+    spans = _backward_spans(compute) if device.overlap_grad_reduce else ()
     start = (compute[spans[-1][0]].key,) if spans else ()
     after = (compute[-1].key,) if compute and not start else ()
     return Op(kind=OpKind.COLL, device=device.index, stage=device.stage, name="dp-grad",
@@ -395,7 +397,8 @@ def _step_end_reduction(device: Device, compute: list[Op], grads: Comm, group) -
 def _per_step_reduction(device: Device, compute: list[Op], chunks: list[int], count: int,
                         grads: Comm, group) -> list[Op]:
     """ZeRO-2 (DeepSpeed stage_1_and_2): a gradient reduce-scatter every micro-step (chunk m of the
-    replica), started with that step's backward on this device, and the device's next compute waits
+    replica), started with that step's backward on this device (overlap_comm; without it, after
+    that backward), and the device's next compute waits
     for it, so every micro-step waits for the slowest rank of the group. A device with no work in a
     micro-step, or a replica with fewer micro-steps, joins those reductions idle (DeepSpeed runs the
     same number of micro-steps on every rank). Only the next micro-step's first op waits (not the
@@ -403,13 +406,15 @@ def _per_step_reduction(device: Device, compute: list[Op], chunks: list[int], co
     pipeline stages only: DeepSpeed does not run ZeRO-2 with its pipeline engine, and with stages
     the reduction stays at the step end."""
     spans = {chunk: (first, last) for first, last, chunk in _backward_spans(compute)}
+    overlap = device.overlap_grad_reduce
     out = []
     latest = -1  # the last backward op of micro-steps 0..m: reduction m runs after it
     for m in range(count):
         span = spans.get(chunks[m]) if m < len(chunks) else None
         out.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                       name=f"dp-grad-{m}", comm=grads, group=group,
-                      start_deps=(compute[span[0]].key,) if span else ()))
+                      start_deps=(compute[span[0]].key,) if span and overlap else (),
+                      deps=(compute[span[1]].key,) if span and not overlap else ()))
         if span is None:
             continue
         latest = max(latest, span[1])

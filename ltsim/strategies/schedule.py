@@ -194,7 +194,8 @@ class Layout:
         return Device(index=index, stage=stage, replica=replica, layers=self.stage_layers[stage],
                       embed=stage == 0, head=stage == par.pp - 1, tp=par.tp,
                       zero_stage=par.zero_stage, num_shards=par.dp * par.cp,
-                      grad_dtype=par.grad_dtype, optimizer_dtype=par.optimizer_dtype, **cp)
+                      grad_dtype=par.grad_dtype, optimizer_dtype=par.optimizer_dtype,
+                      overlap_grad_reduce=par.overlap_grad_reduce, **cp)
 
     def rank_device(self, replica: int, stage: int, rank: int) -> int:
         return (replica * self.parallel.pp + stage) * self.parallel.cp + rank

@@ -36,7 +36,8 @@ TOL = 1e-10
 
 
 def make_plan(name: str, pp: int = 2, dp: int = 1, lengths=LENGTHS, **options):
-    parallel = ParallelConfig(pp=pp, dp=dp, zero_stage=0)  # the executor's Adam is not sharded
+    # the executor's Adam is not sharded, and it reduces the gradients after the last backward
+    parallel = ParallelConfig(pp=pp, dp=dp, zero_stage=0, overlap_grad_reduce=False)
     ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
     strategy = get_strategy(name)
     return strategy.plan(tuple(lengths), ctx, strategy.parse(options)), parallel
@@ -253,6 +254,10 @@ def test_bad_arguments():
         execute_plan(plan, SPEC, ParallelConfig(pp=2, cp=2))  # it named tp, with (1, 2)
     with pytest.raises(ConfigError, match="'executor.attention' must be one of auto, sdpa"):
         execute_plan(plan, SPEC, parallel, attention="mask")
+    replicas, two = make_plan("megatron-1f1b", pp=1, dp=2)
+    with pytest.raises(ConfigError, match=r"'parallel.overlap_grad_reduce' must be false for the "
+                       r"executor with dp > 1 .*Fix: set parallel.overlap_grad_reduce = false"):
+        execute_plan(replicas, SPEC, dataclasses.replace(two, overlap_grad_reduce=True))
     split = dataclasses.replace(plan, programs=tuple(
         dataclasses.replace(p, ops=tuple(op.evolve(kind=OpKind.W)
                                          if op.kind is OpKind.B else op for op in p.ops))

@@ -22,6 +22,7 @@ from ltsim.sim.engine import Engine
 from ltsim.strategies.lowering import DEFAULT_PASSES, lower
 from ltsim.strategies.offload import offload
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions, one_f_one_b
+from ltsim.strategies.base import PlanContext
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, mems
 
 TINY = get_model("llama-tiny")
@@ -200,6 +201,46 @@ def test_ring_cp_exchange_and_dp_reduction_are_ops_that_overlap_in_the_engine():
     assert reduce.stream == "coll" and reduce.start_s == pytest.approx(last_b.start_s)
     assert events["s0OPT"].start_s >= max(reduce.end_s, events["s0B2"].end_s)
     assert events["s0COLL[dp-params]"].start_s >= events["s0OPT"].end_s
+
+
+def test_without_overlap_the_dp_reduction_starts_after_the_last_backward():
+    """parallel.overlap_grad_reduce = false (Megatron's and DeepSpeed's own default): the step-end
+    reduction starts when the device's last op has finished, and OPT waits the whole reduction
+    after it; each per-micro-step reduction (ZeRO-2, no pipeline) starts at its backward's end."""
+    cluster = ClusterSpec(device=get_device("h100-sxm5-80gb"), num_nodes=1, gpus_per_node=8)
+    cost = TableCostModel(dataclasses.replace(TINY, dtype="bf16"), cluster)
+    traces = {}
+    for overlap in (True, False):
+        layout = Layout.of(ParallelConfig(dp=2, zero_stage=1, overlap_grad_reduce=overlap),
+                           TINY.num_layers)
+        chunks = [Chunk(i, (Slice(i, 0, 8192),), replica=i % 2) for i in range(4)]
+        orders = {layout.device(r, 0): one_f_one_b([c.index for c in chunks if c.replica == r],
+                                                   0, 1, Keep.SELECTIVE) for r in (0, 1)}
+        plan = lower(_schedule(layout, chunks, orders), layout).validate()
+        traces[overlap] = {e.token: e for e in _events(Engine(cost).run(plan), 0)}
+    on, off = traces[True], traces[False]
+    assert on["s0COLL[dp-grad]"].start_s == pytest.approx(on["s0B2"].start_s)
+    reduce = off["s0COLL[dp-grad]"]
+    assert reduce.start_s == pytest.approx(off["s0B2"].end_s) and reduce.end_s > reduce.start_s
+    assert off["s0OPT"].start_s == pytest.approx(reduce.end_s)
+    # the same ops take the same time: the step is longer by the part the overlap hid
+    hidden = on["s0B2"].end_s - on["s0COLL[dp-grad]"].start_s
+    assert off["s0OPT"].start_s - on["s0OPT"].start_s == pytest.approx(
+        min(hidden, reduce.end_s - reduce.start_s))
+
+    from ltsim.strategies import get_strategy
+    from tests.conftest import unit_engine
+
+    strategy = get_strategy("deepspeed-cp")
+    for overlap in (True, False):
+        ctx = PlanContext(model=get_model("qwen2.5-7b"), cost=UnitCostModel(), parallel=ParallelConfig(
+            dp=2, zero_stage=2, overlap_grad_reduce=overlap))
+        plan = strategy.plan((64, 32, 16, 8), ctx, strategy.parse({"bucket_size": 64}))
+        steps = [op for op in plan.program(0, "coll").ops if op.name.startswith("dp-grad-")]
+        assert len(steps) >= 2
+        for op in steps:
+            assert bool(op.start_deps) == overlap and bool(op.deps) != overlap
+        unit_engine().run(plan)  # no deadlock
 
 
 @settings(max_examples=30, deadline=None)
