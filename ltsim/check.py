@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ltsim.errors import ConfigError, check_one_line, unusable_path
+from ltsim.files import write_text_atomically
 from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
 from ltsim.sim.metrics import speedup as throughput_speedup
 
@@ -176,10 +177,11 @@ def write_speedups(path: Path, speedups: list[float]) -> None:
     for table, speedup in zip(document["case"], speedups, strict=True):
         table["expected_speedup"] = speedup
     try:
-        Path(path).write_text(tomlkit.dumps(document), encoding="utf-8")
-    except OSError as exc:
+        write_text_atomically(path, tomlkit.dumps(document), encoding="utf-8")
+    except OSError as exc:  # the file keeps what it held
         raise ConfigError("check", "a writable regression file for --update", str(path),
-                          "check its permissions", context=exc.strerror or "") from None
+                          "check its permissions and the free space (the file is unchanged)",
+                          context=exc.strerror or "") from None
 
 
 def run_check(path: Path, *, update: bool = False,

@@ -23,6 +23,7 @@ from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, STDOUT,
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
 from ltsim.cli_progress import batch_progress, count_progress, maxlen_progress, progress_bar
 from ltsim.errors import ConfigError, LtsimError, PlanError
+from ltsim.files import write_text_atomically
 
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name a terminal cannot show is escaped, not fatal
@@ -566,7 +567,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.write(schedule.to_csv())
         _error(schedule.describe())
     else:
-        written("--out", out, lambda: out.write_text(schedule.to_csv(), newline=""))
+        written("--out", out, lambda: write_text_atomically(out, schedule.to_csv(), newline=""))
         print(f"{schedule.describe()}\nschedule written to {out}")
     if not simulated.result.fits:  # written all the same: a schedule to inspect, not to run
         _error(f"warning: the plan does not fit: {simulated.result.fit_reason}")

@@ -12,6 +12,8 @@ import argparse
 import errno
 import os
 import stat
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -71,3 +73,34 @@ def folder_arg(text: str) -> Path:
         raise argparse.ArgumentTypeError("must name a folder: '-' (standard output) is not taken "
                                          "here; write ./- for a folder named '-'")
     return Path(text)
+
+
+@contextmanager
+def replaced_atomically(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write the whole output to; on success it replaces
+    ``path`` in one step (os.replace), on any error it is removed and ``path`` keeps what it
+    held: a write cut short (a full disk, a file-size limit, Ctrl-C) never leaves a truncated
+    file that a later run trusts, nor destroys the earlier one (check --update rewrites its
+    input)."""
+    target = Path(path)
+    handle, name = tempfile.mkstemp(prefix=f".{target.name[:64]}.", suffix=".tmp",
+                                    dir=target.parent)
+    os.close(handle)
+    temp = Path(name)
+    try:
+        yield temp
+        if target.exists():  # keep the mode the file had (tempfile's is 0600)
+            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temp, 0o666 & ~umask)
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, **kwargs) -> None:
+    """``Path(path).write_text(text, **kwargs)``, replacing the file in one step."""
+    with replaced_atomically(path) as temp:
+        temp.write_text(text, **kwargs)

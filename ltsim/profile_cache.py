@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +46,7 @@ def cache_dir() -> Path | None:
             return None
         return folder / "profiles"
     base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
+    if not base or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
         home = expand_user("~")
         if home == Path("~"):  # no home folder known: no cache
             return None
@@ -68,6 +69,9 @@ def cached(directory: Path, kernel: str, build: Callable[[], T], kind: type | No
     value = build()
     _write(folder, entry, value)
     return value
+
+
+_ENTRY = re.compile(r"[0-9a-f]{40}\.pickle")  # an entry's name: the digest below
 
 
 def _digest(directory: Path, kernel: str) -> str | None:
@@ -112,7 +116,9 @@ def _write(folder: Path, entry: Path, value) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
+        entries = sorted((p for p in folder.glob("*.pickle") if _ENTRY.fullmatch(p.name)),
+                         key=lambda p: p.stat().st_mtime)  # its own entries only: the folder
+        # may be one the user also keeps other files in (LTSIM_CACHE_DIR)
         for old in entries[:-MAX_ENTRIES]:
             old.unlink(missing_ok=True)
     except (OSError, pickle.PicklingError):

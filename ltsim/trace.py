@@ -12,6 +12,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
+from ltsim.files import write_text_atomically
 from ltsim.plan import STREAMS, OpKind
 
 if TYPE_CHECKING:
@@ -218,5 +219,5 @@ class Trace:
 
     def write_chrome_trace(self, path: str | Path) -> Path:
         out = Path(path)
-        out.write_text(json.dumps(self.to_chrome_trace()))
+        write_text_atomically(out, json.dumps(self.to_chrome_trace()))
         return out

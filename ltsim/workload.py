@@ -314,6 +314,8 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     handles = ax.get_legend_handles_labels()
     more = cdf.get_legend_handles_labels()
     ax.legend(handles[0] + more[0], handles[1] + more[1], loc="center right", fontsize=8)
+    from ltsim.viz import save_figure
+
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    save_figure(fig, out, dpi=120)
     return out

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ltsim.files import input_blocks, read_input
+from ltsim.files import input_blocks, read_input, replaced_atomically, write_text_atomically
 
 
 def test_a_regular_file_is_read_whole_or_up_to_one_past_the_limit(tmp_path):
@@ -67,3 +67,24 @@ def test_the_profile_cache_is_off_under_an_unknown_users_home(monkeypatch):
 
     monkeypatch.setenv("LTSIM_CACHE_DIR", "~nosuchuser-7f3a/cache")
     assert cache_dir() is None  # not a folder named "~nosuchuser-7f3a" in the working directory
+
+
+def test_an_output_cut_short_leaves_the_earlier_file_whole(tmp_path):
+    """check --update rewrote its input in place, and a trace cut short by a full disk or a file
+    size limit was left truncated: now the whole output replaces the file in one step."""
+    out = tmp_path / "reg.toml"
+    out.write_text("kept\n")
+    os.chmod(out, 0o640)
+    with pytest.raises(OSError):
+        with replaced_atomically(out) as temp:
+            temp.write_text("half")
+            raise OSError(errno.EFBIG, "File too large")
+    assert out.read_text() == "kept\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["reg.toml"]  # no temporary file left
+    write_text_atomically(out, "new\n")
+    assert out.read_text() == "new\n" and (os.stat(out).st_mode & 0o777) == 0o640  # its mode kept
+    fresh = tmp_path / "fresh.json"
+    write_text_atomically(fresh, "{}")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (os.stat(fresh).st_mode & 0o777) == 0o666 & ~umask  # as a plain write makes it

@@ -3,6 +3,8 @@ parses nothing, any edit parses again, and a cache that cannot be used only cost
 
 from __future__ import annotations
 
+import os
+
 import shutil
 
 import pytest
@@ -137,6 +139,26 @@ def test_pruned_to_the_most_recently_used(profile_dir, cache, monkeypatch):
     profile_cache.cached(profile_dir, "c", lambda: Profile(profile_dir))
     profile_cache.cached(profile_dir, "a", lambda: Profile(profile_dir))  # dropped: parsed again
     assert made == [1]
+
+
+def test_pruning_leaves_files_it_did_not_write(profile_dir, cache, monkeypatch):
+    # LTSIM_CACHE_DIR may name a folder that holds the user's own pickles: they were deleted
+    monkeypatch.setattr(profile_cache, "MAX_ENTRIES", 1)
+    cache.mkdir(parents=True, exist_ok=True)
+    mine = cache / "model1.pickle"
+    mine.write_bytes(b"not ltsim's")
+    os.utime(mine, (0, 0))  # the oldest file of the folder
+    for kernel in ("a", "b"):
+        profile_cache.cached(profile_dir, kernel, lambda: Profile(profile_dir))
+    assert mine.read_bytes() == b"not ltsim's"
+    assert len(list(cache.glob("*.pickle"))) == 2  # its one entry, and the user's file
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
+    monkeypatch.delenv("LTSIM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/x")  # the XDG spec: not a base directory
+    assert profile_cache.cache_dir() == tmp_path / ".cache" / "ltsim" / "profiles"
 
 
 def test_load_profile_uses_it(profile_dir, cache, monkeypatch):
