@@ -162,9 +162,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
     if args.plot:
-        from ltsim.viz import plot_simulation
+        from ltsim.viz import plot_simulation, short
 
-        title = f"{scenario.name}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
+        title = f"{short(scenario.name)}: {scenario.strategy}, bubble {100 * result['bubble_ratio']:.2f}%"
         written("--plot", args.plot, lambda: plot_simulation(sim, args.plot, title=title))
     text = format_result(result)
     for label, path in (("trace", args.trace), ("plot", args.plot)):

@@ -71,11 +71,17 @@ def _options(options: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in options.items()) + ")" if options else ""
 
 
+def _one_line(text: str) -> str:
+    """A cell on one line: a newline or control character (a sweep's grid value for a key it
+    then refuses) escaped, as Python writes it in a string."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Any]]) -> str:
     """Align ``rows`` under ``columns`` = (key, header, formatter)."""
     cells = [[header for _, header, _ in columns]]
     for row in rows:
-        cells.append([fmt(row.get(key)) if row.get(key) is not None else "-"
+        cells.append([_one_line(fmt(row.get(key))) if row.get(key) is not None else "-"
                       for key, _, fmt in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]

@@ -279,6 +279,9 @@ def _check_value(path: str, rule: str | None, value: Any, known: dict[str, str])
                               f"give {path} a realistic value")
 
 
+MAX_NAME_CHARS = 200
+
+
 def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scenario:
     _check_keys(raw)
     if "name" not in raw:
@@ -289,6 +292,10 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
     for key in ("name", "description"):  # printed in tables and reports
         if key in raw:
             check_one_line(key, raw[key])
+    if len(raw["name"]) > MAX_NAME_CHARS:  # a title of thousands of characters hung the plots
+        raise ConfigError("name", f"at most {MAX_NAME_CHARS} characters (it titles tables and "
+                          "plots)", f"{len(raw['name']):,} characters",
+                          "shorten it; a longer text can go in description")
     strategy = dict(raw.get("strategy", {}))
     if "name" not in strategy:
         raise ConfigError("strategy.name", "given", None, 'add [strategy] name = "megatron-1f1b"')

@@ -315,13 +315,19 @@ def _unpack(sim_or_trace: Any) -> tuple["Trace", "Plan | None", Any]:
     return sim_or_trace, None, None
 
 
+def short(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis: a scenario name in a title (up to
+    200 characters) ran past the figure and over its legend."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _default_title(result: Any, time_unit: str) -> str:
     """Scenario, strategy, iteration time and bubble ratio of the first batch (the one drawn)."""
     if result is None or not result.batches:
         return ""
     batch = result.batches[0]
     factor, unit = _time_scale(time_unit, batch.iteration_time_s)
-    return (f"{result.scenario}  ·  {result.strategy}  ·  iteration "
+    return (f"{short(result.scenario)}  ·  {result.strategy}  ·  iteration "
             f"{batch.iteration_time_s * factor:.4g} {unit}  ·  bubble ratio {batch.bubble_ratio:.2%}")
 
 
@@ -372,5 +378,5 @@ def plot_compare(predicted: Any, measured: Any, path: str | Path, *, plan: "Plan
                      f"(error {diff:+.1%}: (measured - predicted) / measured)")
     top.tick_params(axis="x", labelbottom=True)
     if title:
-        fig.suptitle(title, x=0.01, ha="left", fontsize=12)
+        fig.suptitle(short(title, 100), x=0.01, ha="left", fontsize=12)
     return _save(fig, path)

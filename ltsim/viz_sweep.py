@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ltsim.viz import _is_dark, _new_figure, _save
+from ltsim.viz import _is_dark, _new_figure, _save, short
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +50,7 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     ax.set(xlabel=x, ylabel=y)
     subtitle = "" if best is None else (f"best: {x}={grid.columns[best[1]]}, {y}={grid.index[best[0]]}"
                                         f" ({values[best]:.4g})")
-    ax.set_title("\n".join(t for t in (title, subtitle) if t), loc="left", fontsize=10)
+    ax.set_title("\n".join(t for t in (short(title, 80), subtitle) if t), loc="left", fontsize=10)
     return _save(fig, path)
 
 
@@ -106,5 +106,5 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     ax.set(xlabel=x, ylabel=value)
     ax.grid(color="0.9", lw=0.6)
     ax.legend(frameon=False, fontsize=8)
-    ax.set_title("\n".join(t for t in (title, subtitle) if t), loc="left", fontsize=10)
+    ax.set_title("\n".join(t for t in (short(title, 80), subtitle) if t), loc="left", fontsize=10)
     return _save(fig, path)

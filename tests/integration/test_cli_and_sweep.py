@@ -600,3 +600,12 @@ def test_sweep_progress_off_a_terminal(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(",")[0] for line in lines] == (
         [f"sweep: {d}/5 points" for d in range(1, 6)] + [f"sweep: {d}/40 points" for d in range(0, 41, 4)])
+
+
+def test_a_refused_grid_value_prints_on_one_line(tmp_path, capsys):
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", 'name="a\\nb","c"',
+                 "--db", str(tmp_path / "s.db")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("a\\nb ") and line.rstrip().endswith("-") for line in lines)
+    assert not any(line.startswith("b ") for line in lines)

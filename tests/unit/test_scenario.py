@@ -225,3 +225,20 @@ def test_set_lengths_replaces_the_dataset_draw_and_its_batch_size():
     assert merged["workload"] == {"lengths": [4, 2, 1, 1], "num_batches": 2}
     both = apply_overrides(raw, ["workload.lengths=[4,2]", "workload.global_batch_size=2"])
     assert both["workload"]["global_batch_size"] == 2
+
+
+def test_a_scenario_name_is_at_most_200_characters(tmp_path):
+    """A name of 200,000 characters hung `simulate --plot` (matplotlib laying out the title)."""
+    text = (Path(__file__).resolve().parents[2] / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+            ).read_text().splitlines()
+    at = next(i for i, line in enumerate(text) if line.startswith("name"))
+    for length, ok in ((200, True), (201, False)):
+        text[at] = f'name = "{"é" * length}"'
+        path = tmp_path / f"n{length}.toml"
+        path.write_text("\n".join(text) + "\n")
+        if ok:
+            assert len(load_scenario(str(path)).name) == 200
+        else:
+            with pytest.raises(ConfigError, match=r"n201.toml @ name must be at most 200 characters .*"
+                               r"\(got '201 characters'\)"):
+                load_scenario(str(path))
