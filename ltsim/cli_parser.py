@@ -51,8 +51,27 @@ def _input_arg(text: str) -> str:
     return text
 
 
+class _StoreOnce(argparse._StoreAction):
+    """An option that takes one value refuses a second (argparse keeps the last one given,
+    silently: ``--plot a.png --plot b.png`` wrote only b.png, and ``--executor local:0 --executor
+    local`` hid the bad first value)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            parser.error(f"argument {option_string}: given more than once (it takes one value)")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error as one line (exit 2) like every other bad input."""
+    """argparse, with a usage error as one line (exit 2) like every other bad input, and an
+    option of one value given once (_StoreOnce)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)  # the default action, and "store"
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}. Fix: see `{self.prog} --help`\n")

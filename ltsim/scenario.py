@@ -218,11 +218,21 @@ def check_override_key(key: str, flag: str = "--set") -> None:
                           "check the spelling")
 
 
+_WORKLOAD_SOURCES = ("dataset", "lengths", "fixed_length")
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
     if isinstance(overrides, str):  # one override, not a list of its characters
         overrides = [overrides]
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}
+    if len(given) < len(items):  # the last one silently won, hiding a bad earlier value
+        twice = next(key for i, (key, _) in enumerate(items) if key in {k for k, _ in items[:i]})
+        raise ConfigError("--set", "each key once", twice, f"give {twice} one value")
+    sources = sorted(given & {f"workload.{k}" for k in _WORKLOAD_SOURCES})
+    if len(sources) > 1:  # each replaces the others: the first was dropped
+        raise ConfigError("--set", "one workload source (dataset, lengths or fixed_length)",
+                          " and ".join(sources), f"keep one of {' and '.join(sources)}")
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for key, value in items:
         section, _, name = key.rpartition(".")
@@ -230,8 +240,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
         if not isinstance(target, dict):
             raise ConfigError(key, "a key inside a [section]", value)
         target[name] = value
-        if section == "workload" and name in ("dataset", "lengths", "fixed_length"):
-            for other in {"dataset", "lengths", "fixed_length"} - {name}:
+        if section == "workload" and name in _WORKLOAD_SOURCES:
+            for other in set(_WORKLOAD_SOURCES) - {name}:
                 target.pop(other, None)  # choosing one workload source replaces the others
             if name == "lengths" and "workload.global_batch_size" not in given:
                 target.pop("global_batch_size", None)  # the lengths are the batch, and its size

@@ -242,3 +242,31 @@ def test_a_scenario_name_is_at_most_200_characters(tmp_path):
             with pytest.raises(ConfigError, match=r"n201.toml @ name must be at most 200 characters .*"
                                r"\(got '201 characters'\)"):
                 load_scenario(str(path))
+
+
+@pytest.mark.parametrize("sets, pattern", [
+    (["parallel.pp=0", "parallel.pp=2"], r"'--set' must be each key once \(got 'parallel.pp'\)"),
+    (["workload.dataset=\"wikipedia\"", "workload.lengths=[4, 2]"],
+     r"'--set' must be one workload source .* \(got 'workload.dataset and workload.lengths'\)"),
+])
+def test_an_override_that_a_later_one_would_silently_replace_is_refused(sets, pattern):
+    # the last --set of a key won (hiding a bad first value); lengths dropped the dataset given too
+    quickstart = str(Path(__file__).resolve().parents[2] / "scenarios/quickstart.toml")
+    with pytest.raises(ConfigError, match=pattern):
+        load_scenario(quickstart, sets)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["simulate", "scenarios/quickstart.toml", "--plot", "a.png", "--plot", "b.png"], "--plot"),
+    (["sweep", "scenarios/quickstart.toml", "--grid", "strategy.k=1,2", "--executor", "local:0",
+      "--executor", "local"], "--executor"),
+    (["maxlen", "scenarios/quickstart.toml", "--step", "1024", "--step", "2048"], "--step"),
+    (["profile", "--device", "cpu", "--out", "p", "--threads", "2", "--threads", "1"], "--threads"),
+])
+def test_an_option_of_one_value_given_twice_is_refused(argv, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    with pytest.raises(SystemExit, match="2"):
+        main(argv)
+    err = capsys.readouterr().err
+    assert f"argument {flag}: given more than once (it takes one value)" in err
+    assert len(err.splitlines()) == 1
