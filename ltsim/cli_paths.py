@@ -133,25 +133,37 @@ def _check_output(flag: str, path: Path) -> None:
 def check_folder(flag: str, path: Path | None) -> None:
     """An output folder is checked before the work starts (measuring takes minutes): a folder that
     exists or can be made, and where a file can be written (a file made and removed: /proc and
-    read-only mounts are folders too). Raises ConfigError."""
+    read-only mounts are folders too). The folders it makes for the check are removed again (the
+    command makes them when it writes), so a run refused later leaves none. Raises ConfigError."""
     if path is None:
         return
     path = Path(path)
     _check_no_loop(flag, path)
+    made = []  # the folders made here, outermost first
     try:
-        if path.exists() and not path.is_dir():
-            raise ConfigError(flag, "a folder, not a file", str(path),
-                              "name a new or existing folder")
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(flag, "a folder that exists or can be created", str(path),
-                          "choose a writable place", context=exc.strerror or "") from None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".ltsim-write-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(flag, "a folder where files can be written", str(path),
-                          "choose a writable place", context=exc.strerror or "") from None
+        try:
+            if path.exists() and not path.is_dir():
+                raise ConfigError(flag, "a folder, not a file", str(path),
+                                  "name a new or existing folder")
+            for folder in reversed((path, *path.parents)):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+        except OSError as exc:
+            raise ConfigError(flag, "a folder that exists or can be created", str(path),
+                              "choose a writable place", context=exc.strerror or "") from None
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".ltsim-write-check-"):
+                pass
+        except OSError as exc:
+            raise ConfigError(flag, "a folder where files can be written", str(path),
+                              "choose a writable place", context=exc.strerror or "") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def written(flag: str, path: Path, write: Callable[[], Any]) -> None:

@@ -104,3 +104,15 @@ def write_text_atomically(path: str | os.PathLike, text: str, **kwargs) -> None:
     """``Path(path).write_text(text, **kwargs)``, replacing the file in one step."""
     with replaced_atomically(path) as temp:
         temp.write_text(text, **kwargs)
+
+
+def save_figure(fig, out: Path, **kwargs) -> None:
+    """``fig.savefig`` (a matplotlib Figure) in the format ``out``'s suffix names, replacing
+    ``out`` in one step."""
+    import warnings
+
+    with replaced_atomically(out) as temp, warnings.catch_warnings():
+        # PostScript's "does not support transparency" and the like: the file is written all the
+        # same, and a library's warning is not a message of this command
+        warnings.simplefilter("ignore")
+        fig.savefig(temp, format=out.suffix[1:].lower() or None, **kwargs)

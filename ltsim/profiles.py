@@ -183,6 +183,23 @@ def resolve_profile(directory: str | Path) -> Path:
                        "or the path of a directory written by `ltsim profile`")
 
 
+def shadowed_folder(directory: str | Path) -> str:
+    """A note when a bare name resolves to a bundled profile while a folder of that name is in
+    the current directory too (which the user may have meant), else ""."""
+    text = str(directory)
+    if "/" in text or "\\" in text or not text.strip() or text in (".", ".."):
+        return ""
+    try:
+        both = (PROFILES_DIR / text).is_dir() and Path(text).is_dir()
+        same = both and (PROFILES_DIR / text).resolve() == Path(text).resolve()
+    except OSError:
+        return ""
+    if not both or same:
+        return ""
+    return (f"profile '{text}' is the bundled one; a folder ./{text} here was not used "
+            f"(write ./{text} to use it)")
+
+
 def load_profile(directory: str | Path, *, attention_kernel: str | None = None) -> "Profile":
     """Load (and cache by resolved path and kernel) a profile. Raises ProfileError.
 

@@ -450,9 +450,17 @@ def _check_profile(name: str) -> None:
     from ltsim.errors import ProfileError
     from ltsim.profiles import available_profiles, resolve_profile  # pandas: import on use
 
+    fix = (f"use one of {', '.join(available_profiles()) or 'none'}, or the path of a directory "
+           "written by `ltsim profile`")
     try:
-        resolve_profile(name)
+        found = resolve_profile(name)
     except ProfileError:
         raise ConfigError("hardware.profile", "a profile directory (a bundled name or a path)", name,
-                          f"use one of {', '.join(available_profiles()) or 'none'}, or the path of "
-                          "a directory written by `ltsim profile`") from None
+                          fix) from None
+    try:
+        has_meta = (found / "meta.json").is_file()
+    except OSError:
+        has_meta = False
+    if not has_meta:  # named as given, not as resolved ("." is the folder of every profile)
+        raise ConfigError("hardware.profile", "a profile directory (one with a meta.json)", name,
+                          fix, context="the folder it names has no meta.json")

@@ -12,7 +12,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
-from ltsim.files import write_text_atomically
+from ltsim.files import replaced_atomically, write_text_atomically
 from ltsim.plan import STREAMS, OpKind
 
 if TYPE_CHECKING:
@@ -219,5 +219,12 @@ class Trace:
 
     def write_chrome_trace(self, path: str | Path) -> Path:
         out = Path(path)
-        write_text_atomically(out, json.dumps(self.to_chrome_trace()))
+        text = json.dumps(self.to_chrome_trace())
+        if out.suffix.lower() == ".gz":  # gzipped JSON, which Perfetto opens as it is
+            import gzip
+
+            with replaced_atomically(out) as temp:
+                temp.write_bytes(gzip.compress(text.encode(), mtime=0))
+        else:
+            write_text_atomically(out, text)
         return out

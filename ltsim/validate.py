@@ -143,8 +143,11 @@ def same_kind_of_device(scenario: "Scenario", profile: Path, given: str) -> str:
     if on_cpu != measured_on_cpu(meta):
         raise ConfigError("--profile", f"a profile measured on {'a CPU' if on_cpu else 'a GPU'} "
                           f"(hardware.preset '{scenario.cluster.device.name}' runs the executor "
-                          f"there)", str(given), "use cpu-ci or a profile `ltsim profile --device "
-                          f"{'cpu' if on_cpu else 'cuda'}` wrote",
+                          f"there)", str(given), ("use cpu-ci or a profile `ltsim profile "
+                                                  "--device cpu` wrote") if on_cpu else
+                          ("use h100-sxm5-80gb or a profile `ltsim profile --device cuda` wrote on "
+                           "the GPU the executor runs on; a GPU scenario validates on a GPU "
+                           "machine"),
                           context=f"its meta.json names {'a GPU' if on_cpu else 'a CPU'}")
     here = _this_device(on_cpu)
     if not here or meta.device == here:

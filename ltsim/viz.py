@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ltsim.files import replaced_atomically
+from ltsim.files import save_figure
 from ltsim.plan import STREAMS
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -56,11 +56,6 @@ def _save(fig: "Figure", path: str | Path) -> Path:
     save_figure(fig, out, dpi=_DPI, facecolor="white")
     return out
 
-
-def save_figure(fig: "Figure", out: Path, **kwargs) -> None:
-    """``fig.savefig`` in the format ``out``'s suffix names, replacing ``out`` in one step."""
-    with replaced_atomically(out) as temp:
-        fig.savefig(temp, format=out.suffix[1:].lower() or None, **kwargs)
 
 
 def _palette() -> list[tuple[float, float, float]]:

@@ -25,6 +25,7 @@ import numpy as np
 from ltsim.datasets import (KIB_TOKENS, MAX_SEQUENCE_TOKENS, LengthArray, LengthBins, dataset_names,
                             load_dataset)
 from ltsim.errors import ConfigError
+from ltsim.files import save_figure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -314,8 +315,6 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     handles = ax.get_legend_handles_labels()
     more = cdf.get_legend_handles_labels()
     ax.legend(handles[0] + more[0], handles[1] + more[1], loc="center right", fontsize=8)
-    from ltsim.viz import save_figure
-
     out = Path(path)
     save_figure(fig, out, dpi=120)
     return out

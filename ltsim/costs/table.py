@@ -34,7 +34,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
 from ltsim.profile_files import ProfileMeta, measured_on_cpu
-from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile
+from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile, shadowed_folder
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
@@ -70,6 +70,9 @@ class TableCostModel:
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
         _check_device_kind(cluster, self.profile.meta)
+        shadowed = shadowed_folder(cluster.profile_dir)
+        if shadowed:
+            self.profile.note(shadowed)
         self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)

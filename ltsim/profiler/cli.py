@@ -65,6 +65,9 @@ def run_from_args(args: argparse.Namespace, *, progress: TextIO | None) -> Path:
         except ConfigError as exc:
             raise ConfigError("--model", exc.rule, name, "give one of these catalog names",
                               context=exc.context) from None
+    twice = [name for i, name in enumerate(args.models) if name in args.models[:i]]
+    if twice:  # as --tp refuses a repeated degree
+        raise ConfigError("--model", "each model once", twice[0], f"give --model {twice[0]} once")
     if not args.resume and (Path(args.out) / "meta.json").exists():  # its tables would be
         # measured again and replaced, a shipped profile's too
         raise ConfigError("--out", "a folder without a profile, or given with --resume",

@@ -36,8 +36,8 @@ from ltsim.profiler import (activations, attention, collectives, eager, elementw
 from ltsim.profiler.environment import describe
 from ltsim.profiler.shapes import ShardShape, shard
 from ltsim.profiler.sizes import ProfileSizes, sizes_for
-from ltsim.profiler.tables import (Progress, TableJob, interleaved, run_table, sequential,
-                                   table_done)
+from ltsim.profiler.tables import (Progress, TableJob, interleaved, partial_made_with, run_table,
+                                   sequential, table_done)
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, timer_name
 from ltsim.profiles import ProfileMeta, read_meta, write_meta
 
@@ -123,6 +123,9 @@ def _run_jobs(jobs: list[TableJob], *, device: str, torch_device: torch.device, 
 
     kept = {job.name: _kept(previous.get(job.name), args, job.name) for job in jobs
             if resume and table_done(out, job.name)}  # all checked before anything is written
+    for job in jobs:  # and the partial checkpoints whose rows --resume would reuse
+        if resume and job.name not in kept and (out / f"{job.name}.partial.csv").is_file():
+            _kept(partial_made_with(out, job.name), args, f"{job.name}.partial")
     for position, job in enumerate(jobs):
         if job.name in kept:
             tables[job.name] = kept[job.name]
@@ -130,7 +133,7 @@ def _run_jobs(jobs: list[TableJob], *, device: str, torch_device: torch.device, 
             bar.line(f"{job.name}: kept from the earlier run")
             continue
         start_s, load_start = time.perf_counter(), _load()
-        rows = run_table(job, out, resume=resume, progress=bar)
+        rows = run_table(job, out, resume=resume, progress=bar, args=args)
         tables[job.name] = {**job.provenance, "rows": rows, "date": _now(),
                             "duration_s": round(time.perf_counter() - start_s, 1), "args": args,
                             "num_threads": torch.get_num_threads(),

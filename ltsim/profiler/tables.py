@@ -16,6 +16,7 @@ is measured again.
 from __future__ import annotations
 
 import gc
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -170,15 +171,34 @@ def table_done(out: Path, name: str) -> bool:
     return True
 
 
-def run_table(job: TableJob, out: Path, *, resume: bool, progress: Progress) -> int:
-    """Measure `job` into `out/<name>.csv`; returns the number of rows. See the module docstring."""
+def partial_made_with(out: Path, name: str) -> dict[str, Any] | None:
+    """The arguments of the run that wrote `<name>.partial.csv` ({"args": ...}, as meta.json keeps
+    a table's), or None when it recorded none (an older run) or the record does not read."""
+    try:
+        data = json.loads((out / f"{name}{_ARGS_SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_ARGS_SUFFIX = ".partial.args.json"
+
+
+def run_table(job: TableJob, out: Path, *, resume: bool, progress: Progress,
+              args: dict[str, Any] | None = None) -> int:
+    """Measure `job` into `out/<name>.csv`; returns the number of rows. See the module docstring.
+    `args`: the run's arguments, recorded beside the partial checkpoint so that --resume reuses
+    its rows only when run the same way (harness.py checks it)."""
     partial = out / f"{job.name}.partial.csv"
+    recorded = out / f"{job.name}{_ARGS_SUFFIX}"
     order = {point.key: i for i, point in enumerate(job.points)}
     rows: list[Row] = []
     if resume and partial.is_file():
         rows = [r for r in _read_partial(partial) if r.get(KEY_COLUMN) in order]
     elif partial.exists():
         partial.unlink()
+    if args is not None and not rows:
+        recorded.write_text(json.dumps({"args": args}))
     done = {row[KEY_COLUMN] for row in rows}
     todo = [point for point in job.points if point.key not in done]
     done_points = [float(len(rows))]
@@ -204,6 +224,7 @@ def run_table(job: TableJob, out: Path, *, resume: bool, progress: Progress) -> 
     frame = frame.sort_values("_order").drop(columns=["_order", KEY_COLUMN]).reset_index(drop=True)
     write_table(out, job.name, frame)
     partial.unlink(missing_ok=True)
+    recorded.unlink(missing_ok=True)
     return len(frame)
 
 

@@ -54,6 +54,8 @@ class Options:
     offload_async: bool = False  # copies beside compute (ALST's reference code copies in line)
     offload_optimizer: bool = True  # optimizer state and fp32 gradients in host memory
 
+    ONLY_WITH = {"offload_async": ("offload_checkpoints", True)}
+
 
 def layout(ctx: PlanContext, options: Options) -> Layout:
     """The lockstep layout with Ulysses over the cp ranks; refuses what ALST cannot run."""

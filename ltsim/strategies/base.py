@@ -26,7 +26,9 @@ class PlanContext:
 
 
 def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> Any:
-    """Build a strategy's frozen options dataclass from a dict; unknown keys and wrong types fail."""
+    """Build a strategy's frozen options dataclass from a dict; unknown keys and wrong types fail,
+    and so does a key the options type's ``ONLY_WITH`` (option -> (other option, value)) says is
+    read only when another option has some value, given without it."""
     fields = {f.name: f for f in dataclasses.fields(options_type)}
     for key, value in raw.items():
         if key not in fields:
@@ -51,7 +53,19 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
     check = getattr(options, "validate", None)
     if check is not None:
         check()
+    for key, (other, needed) in getattr(options_type, "ONLY_WITH", {}).items():
+        if key in raw and getattr(options, other) != needed:  # read nowhere: silently ignored
+            setting = f"strategy.{other} = {_toml(needed)}"
+            raise ConfigError(f"strategy.{key}", f"given only with {setting} (unused otherwise)",
+                              raw[key], f"drop strategy.{key}, or set {setting}")
     return options
+
+
+def _toml(value: Any) -> str:
+    """A value as a scenario file writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def positive(key: str, value: int, *, allow_zero: bool = False) -> None:

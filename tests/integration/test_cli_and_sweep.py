@@ -609,3 +609,26 @@ def test_a_refused_grid_value_prints_on_one_line(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("a\\nb ") and line.rstrip().endswith("-") for line in lines)
     assert not any(line.startswith("b ") for line in lines)
+
+
+def test_a_refused_run_leaves_no_output_folder(tmp_path, capsys):
+    # the folder check made --out before the scenario was read: an empty folder per bad run
+    out = tmp_path / "new" / "deeper"
+    assert main(["validate", str(tmp_path / "missing.toml"), "--profile", "cpu-ci",
+                 "--out", str(out)]) == 2
+    assert "'scenario' must be an existing TOML file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_named_gz_is_gzipped_json_and_a_model_twice_is_refused(tmp_path, capsys):
+    import gzip
+
+    fig2 = REPO / "scenarios/examples/chunkflow-fig2-baseline.toml"
+    assert main(["simulate", str(fig2), "--trace", str(tmp_path / "t.json.gz")]) == 0
+    events = json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events)
+    pytest.importorskip("torch")
+    assert main(["profile", "--device", "cpu", "--out", str(tmp_path / "p"), "--model",
+                 "llama-tiny", "--model", "llama-tiny"]) == 2
+    assert "'--model' must be each model once (got 'llama-tiny')" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

@@ -350,3 +350,15 @@ def test_nccl_pipeline_on_gpu(reference):
     measured = run(plan, parallel, backend="nccl", device="cuda")
     assert_matches(measured, reference)
     assert check_trace(plan, measured.trace) == []
+
+
+def test_validate_names_a_profile_of_the_device_kind_the_scenario_runs_on(repo):
+    # a GPU scenario given cpu-ci was told "use cpu-ci": the profile it had just given
+    from ltsim.validate import same_kind_of_device
+    from ltsim.scenario import load_scenario
+
+    with pytest.raises(ConfigError) as info:
+        same_kind_of_device(load_scenario(repo / "scenarios" / "quickstart.toml"),
+                            repo / "profiles" / "cpu-ci", "cpu-ci")
+    assert "Fix: use h100-sxm5-80gb or a profile `ltsim profile --device cuda`" in str(info.value)
+    assert "use cpu-ci" not in str(info.value)

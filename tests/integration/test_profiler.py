@@ -227,6 +227,22 @@ def test_resume_refuses_other_arguments(quick_profile: Path) -> None:
                     quick=False, resume=True, progress=False)
 
 
+def test_resume_refuses_a_checkpoint_measured_with_other_arguments(tmp_path: Path) -> None:
+    # an interrupted --threads 2 run, resumed with --threads 1, reused the rows timed on 2 threads
+    import json
+
+    out = tmp_path / "p"
+    out.mkdir()
+    pd.DataFrame([{"point": "x", "time_s": 1.0}]).to_csv(out / "gemm.partial.csv", index=False)
+    (out / "gemm.partial.args.json").write_text(json.dumps({"args": {
+        "device": "cpu", "models": ["llama-tiny"], "tp": [1], "quick": True, "threads": 2}}))
+    with pytest.raises(ConfigError, match=r"'--resume' must be used with the arguments that wrote "
+                       r"gemm.partial.csv \(these differ: threads\)"):
+        run_profile(device="cpu", out=out, models=["llama-tiny"], tp_degrees=[1], quick=True,
+                    resume=True, progress=False, threads=1)
+    assert sorted(p.name for p in out.iterdir()) == ["gemm.partial.args.json", "gemm.partial.csv"]
+
+
 def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
