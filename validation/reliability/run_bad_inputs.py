@@ -570,6 +570,27 @@ CASES: tuple[Case, ...] = (
          "--set hardware.attention_kernel=torch_sdpa", "hardware.profile"),
     Case("output path", "profile --device cpu --quick --out {tmp}/p", "--out",
          (("p", Profile(())),)),
+    # -- found by an eighth session's probe ---------------------------------------------------
+    Case("scenario file", "simulate {tmp}/long.toml --plot {tmp}/g.png", "name",
+         (("long.toml", 'name = "' + "é" * 200_000 + '"\n[strategy]\nname = "megatron-1f1b"\n'
+           '[hardware]\npreset = "unit"\ngpus_per_node = 1\n[workload]\nlengths = [4, 2]\n'),)),
+    Case("command line", f"simulate {QS} --plot {{tmp}}/a.png --plot {{tmp}}/b.png", "--plot"),
+    Case("command line", f"sweep {FIG6} --grid strategy.k=1,2 --executor local:0 --executor local",
+         "--executor"),
+    Case("--set", f"simulate {QS} --set parallel.pp=0 --set parallel.pp=2", "parallel.pp"),
+    Case("--set", f"simulate {QS} --set 'workload.dataset=\"wikipedia\"' "
+         "--set workload.lengths=[4,2]", "workload.lengths"),
+    Case("output path", f"simulate {QS} --trace -", "--trace"),
+    Case("output path", "validate {tmp}/missing.toml --profile cpu-ci --out -", "--out"),
+    Case("strategy options", "compare scenarios/infinipipe/gpt-7b-64k-seq1f1b.toml "
+         "--strategies seq1f1b:num_splits=2", "strategy.num_splits"),
+    Case("strategy options", "simulate scenarios/alst/cpu-llama-tiny-alst.toml "
+         "--set strategy.offload_checkpoints=false --set strategy.offload_async=true",
+         "strategy.offload_async"),
+    Case("profile tables", f"simulate {QS} --set 'hardware.profile=\".\"'", "hardware.profile"),
+    Case("profile tables", f"validate {QS} --profile cpu-ci", "--profile"),
+    Case("output path", "profile --device cpu --out {tmp}/p --model llama-tiny --model llama-tiny",
+         "--model"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
