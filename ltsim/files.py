@@ -83,6 +83,8 @@ def replaced_atomically(path: str | os.PathLike) -> Iterator[Path]:
     file that a later run trusts, nor destroys the earlier one (check --update rewrites its
     input)."""
     target = Path(path)
+    if target.is_symlink():  # write where the link points, and keep the link
+        target = Path(os.path.realpath(target))
     handle, name = tempfile.mkstemp(prefix=f".{target.name[:64]}.", suffix=".tmp",
                                     dir=target.parent)
     os.close(handle)

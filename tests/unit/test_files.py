@@ -88,3 +88,11 @@ def test_an_output_cut_short_leaves_the_earlier_file_whole(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (os.stat(fresh).st_mode & 0o777) == 0o666 & ~umask  # as a plain write makes it
+
+
+def test_an_output_through_a_link_replaces_the_file_it_points_at(tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real.name)
+    write_text_atomically(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
