@@ -153,7 +153,7 @@ def add_p2p(draft: Draft) -> Draft:
     layout, devices = draft.layout, draft.schedule.devices
     first_gpu = {d.index: layout.gpus_of(d)[0] for d in devices}
     chain = {(d.replica, d.cp_rank, d.stage): d for d in devices}
-    F, B = OpKind.F, OpKind.B
+    F, B, R = OpKind.F, OpKind.B, OpKind.R
     changes = {}
     for device in draft.schedule.live_devices:
         prev = chain.get((device.replica, device.cp_rank, device.stage - 1))
@@ -166,6 +166,12 @@ def add_p2p(draft: Draft) -> Draft:
         first, stop = device.layers
         receives, sends = {}, {}
         for i, (kind, chunk, work) in enumerate(map(_KIND_CHUNK_WORK, ops)):
+            if kind is R and work is not None and ops[i].keep is Keep.INPUT:
+                # Megatron's full recompute runs inside the backward step, which starts by
+                # receiving the output gradient: the gradient's wait is the recompute's
+                if work.layers[1] == stop:
+                    receives.setdefault((B, chunk), i)
+                continue
             if work is None or (kind is not F and kind is not B):
                 continue
             low, high = work.layers

@@ -16,15 +16,19 @@ MEGATRON = get_strategy("megatron-1f1b")
 
 
 @settings(max_examples=60, deadline=None)
-@given(p=st.integers(1, 8), m=st.integers(1, 32), length=st.integers(1, 5))
-def test_equal_microbatches_bubble_is_closed_form(p, m, length):
-    """With equal micro-batches, bubble = (p-1)/(m+p-1) and makespan = (m+p-1)(F+B)."""
-    ctx = unit_ctx(pp=p)
+@given(p=st.integers(1, 8), m=st.integers(1, 32), length=st.integers(1, 5),
+       recompute=st.sampled_from(["selective", "full"]))
+def test_equal_microbatches_bubble_is_closed_form(p, m, length, recompute):
+    """With equal micro-batches, bubble = (p-1)/(m+p-1) and makespan = (m+p-1)(F+B), or with
+    full recompute (m+p-1)(F+R+B): Megatron recomputes inside the backward step, after the
+    output gradient has arrived (the recompute ran ahead of it, in the bubble: 3s(m+p-1) + ms)."""
+    ctx = unit_ctx(pp=p, recompute=recompute)
     plan = MEGATRON.plan((length,) * m, ctx, MEGATRON.parse({}))
     trace = unit_engine().run(plan)
     metrics = batch_metrics(plan, trace, 0.0)
     assert metrics.bubble_ratio == pytest.approx((p - 1) / (m + p - 1))
-    assert trace.makespan_s == pytest.approx((m + p - 1) * 3 * length)
+    per_microbatch = (4 if recompute == "full" else 3) * length
+    assert trace.makespan_s == pytest.approx((m + p - 1) * per_microbatch)
 
 
 @settings(max_examples=40, deadline=None)
