@@ -6,7 +6,9 @@ per device and stream) to a new Draft:
 
 - ``compute_ops``: actions -> compute ops carrying their Work and Buffers (Mem resolved);
 - ``add_p2p``: SEND_F after the forward that covers a stage's last layer, SEND_B after the backward
-  that covers its first, and the receivers' dependencies; sends ordered as their producers run;
+  that covers its first, and the receivers' dependencies (under full recompute the R before a
+  backward waits for its gradient: Megatron recomputes inside the backward step); sends ordered as
+  their producers run;
 - ``add_zero3_gathers``: ZeRO-3 parameter all-gathers of each compute op's layers on the coll
   stream, each prefetched one compute op ahead of the op that needs it (a device-local
   approximation: the gathers of one stage do not wait for the other shards' devices);
