@@ -64,11 +64,12 @@ def make_groups(plan: Plan) -> Groups:
 def recv_sources(plan: Plan, device: int) -> dict[str, tuple[tuple[str, int, int], int]]:
     """Op key -> (channel, sender) for each of the device's ops fed by another device.
 
-    The executor moves data between devices only as SEND_F -> F and SEND_B -> B of the same chunk;
-    any other cross-device dependency raises PlanError.
+    The executor moves data between devices only as SEND_F -> F and SEND_B -> B of the same chunk,
+    or SEND_B -> the R before that B (a full recompute waits for the gradient: the backward step
+    holds it for its B); any other cross-device dependency raises PlanError.
     """
     out = {}
-    expected = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B}
+    expected = {OpKind.F: OpKind.SEND_F, OpKind.B: OpKind.SEND_B, OpKind.R: OpKind.SEND_B}
     for program in plan.programs:
         if program.device != device:
             continue
@@ -88,12 +89,12 @@ def recv_sources(plan: Plan, device: int) -> dict[str, tuple[tuple[str, int, int
 
 def check_p2p_order(plan: Plan) -> None:
     """Raise PlanError unless each channel's receiver consumes chunks in the sender's order."""
-    consumer = {OpKind.SEND_F: OpKind.F, OpKind.SEND_B: OpKind.B}
+    consumer = {OpKind.SEND_F: (OpKind.F,), OpKind.SEND_B: (OpKind.B, OpKind.R)}
     for kind_value, sender, receiver in p2p_channels(plan):
         kind = OpKind(kind_value)
         sent = [op.chunk for op in plan.program(sender, "comm").ops
                 if op.kind is kind and op.group[0] == receiver]
-        used = [op.chunk for op in plan.program(receiver).ops if op.kind is consumer[kind]
+        used = [op.chunk for op in plan.program(receiver).ops if op.kind in consumer[kind]
                 and any(d.device == sender for d in op.deps)]
         if sent != used:
             raise PlanError(f"{plan.strategy}: device {sender} sends {kind_value} chunks in order "

@@ -142,6 +142,8 @@ class _Iteration:
     next_copy: int = 0
     outbox: dict[tuple[OpKind, int], torch.Tensor] = field(default_factory=dict)
     recvs: dict[str, Async] = field(default_factory=dict)
+    carried: dict[int, torch.Tensor] = field(default_factory=dict)  # a full recompute's received
+    # output gradient, per chunk, for the backward after it
     comm: dict[str, Async] = field(default_factory=dict)
     comm_marks: dict[str, Any] = field(default_factory=dict)  # GPU: a CUDA event at each start
     done: set[str] = field(default_factory=set)
@@ -252,6 +254,10 @@ class DeviceRun:
             pending = it.recvs.pop(op.key)
             pending.wait(self.cfg.timeout_s)
             received = pending.tensor
+            if op.kind is OpKind.R:  # full recompute: its backward step began with the receive
+                it.carried[op.chunk] = received
+        elif op.kind is OpKind.B:
+            received = it.carried.pop(op.chunk, None)
         for dep in op.deps:
             if dep in self.comm_keys:
                 if dep not in it.comm:

@@ -75,6 +75,20 @@ def assert_matches(measured, reference, replicas: int = 1) -> None:
         assert rel_err(merged, ref_grads) < TOL
 
 
+def test_full_recompute_waits_for_the_gradient_and_matches_single_process(reference):
+    """Megatron's full recompute with pp 2: each stage-0 R now carries the receive of its chunk's
+    output gradient (the simulator's rule), which the executor hands on to the B after it."""
+    parallel = ParallelConfig(pp=2, zero_stage=0, recompute="full", overlap_grad_reduce=False)
+    ctx = PlanContext(model=SPEC, parallel=parallel, cost=UnitCostModel())
+    megatron = get_strategy("megatron-1f1b")
+    plan = megatron.plan(tuple(LENGTHS), ctx, megatron.parse({}))
+    redo = [op for op in plan.program(0).ops if op.kind is OpKind.R]
+    assert redo and all(any(d.device == 1 for d in op.deps) for op in redo)
+    measured = run(plan, parallel)
+    assert_matches(measured, reference)
+    assert check_trace(plan, measured.trace) == []
+
+
 def test_seco_pipeline_matches_single_process(reference):
     plan, parallel = make_plan("seco", chunk_size=24)
     assert_matches(run(plan, parallel), reference)
