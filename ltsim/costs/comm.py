@@ -2,7 +2,8 @@
 
 Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V width:
 - "act" / "act_grad" (P2P between stages): T/cp x h x e, /tp with sequence parallelism;
-- "kv" (ring CP): per layer and step, the K/V shard T/cp x 2 kv_h/tp x e, one P2P per step
+- "kv" (ring CP): per layer and step, the K/V shard T/cp x 2 kv_h/min(tp, kv heads) x e (a rank
+  holds at least one whole K/V head: they are replicated past the model's), one P2P per step
   (cp - 1 steps forward, twice that backward as dK/dV travel too), times the work's layers;
 - "qkvo" (Ulysses): per layer, all-to-alls of Q, K, V in and the output back,
   T/cp x (2h + 2 kv_h)/tp x e, times the layers, with K/V heads replicated up to tp x cp when the
@@ -69,8 +70,9 @@ class CommCosts:
         if comm.tensor in ("act", "act_grad"):
             sp = split.tp if split.sp and split.tp > 1 else 1
             return tokens * m.hidden_size * self.e / sp, comm.steps
-        if comm.tensor == "kv":
-            return tokens * 2 * m.kv_hidden_size / split.tp * self.e, comm.steps * work.num_layers
+        if comm.tensor == "kv":  # K/V heads over tp, replicated past num_kv_heads (memory.py)
+            width = 2 * m.kv_hidden_size / min(split.tp, m.num_kv_heads)
+            return tokens * width * self.e, comm.steps * work.num_layers
         if comm.tensor == "qkvo":  # K/V heads replicated up to the tp x cp ranks when fewer
             kv_hidden = max(m.num_kv_heads, split.tp * split.cp) * m.head_dim
             width = (2 * m.hidden_size + 2 * kv_hidden) / split.tp

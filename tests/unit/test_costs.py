@@ -195,3 +195,17 @@ def test_comms_with_equal_keys_take_equal_time_and_the_key_tells_nodes_apart():
     assert cost.comm_s(sends[0]) == cost.comm_s(sends[1])
     assert cost.comm_key(sends[2]) != cost.comm_key(sends[0])  # GPUs 4 and 8: two nodes
     assert cost.comm_s(sends[2]) > cost.comm_s(sends[0])
+
+
+def test_the_ring_exchange_moves_the_kv_heads_a_rank_holds():
+    """tp past the K/V heads replicates them (the memory model's rule): qwen2.5-1.5b has 2, so at
+    tp 4 each rank holds and exchanges one whole head, not half of one (a probe found 2x too few
+    bytes)."""
+    cost = _model("qwen2.5-1.5b", "h100-sxm5-80gb")
+    m = cost.model
+    for tp, heads in ((1, 2), (2, 1), (4, 1), (8, 1)):
+        work = _work(8192, Split(tp=tp, cp=2), layers=(0, 1))
+        nbytes, calls = cost._comm.payload(Comm("send_recv", "kv", work, group_size=2,
+                                                gpus=(0, 1), steps=1))
+        assert calls == 1
+        assert nbytes == 8192 / 2 * 2 * heads * m.head_dim * 2  # T/cp tokens, K and V, bf16
