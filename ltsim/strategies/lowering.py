@@ -21,7 +21,8 @@ per device and stream) to a new Draft:
   the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), or,
   with ZeRO-2 and no pipeline, a reduce-scatter every micro-step that the next one waits for
   (DeepSpeed); with ``parallel.overlap_grad_reduce = false``, each after the backward instead of
-  with it; then the optimizer step and, with a distributed optimizer, the parameter all-gather;
+  with it; then the optimizer step and, with a distributed optimizer (ZeRO-1/2), the parameter
+  all-gather (ZeRO-3 keeps its parameters sharded: its gathers are per op);
 - ``offload.offload(kinds, sync)`` (its own module): forward buffers of those kinds copied to host
   memory after the forward and back before the chunk's first recompute or backward (ALST's
   checkpoint offload); not in the default list.
@@ -357,7 +358,9 @@ def add_dp_reduction(draft: Draft) -> Draft:
             reduces = [_step_end_reduction(device, compute, grads, group)]
             coll += reduces
         step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduces[-1].key,))
-        if device.zero_stage >= 1 and device.num_shards > 1:
+        # the updated shards gathered back (Megatron's distributed optimizer, ZeRO-1/2); ZeRO-3
+        # keeps its parameters sharded and gathers them per op (add_zero3_gathers) instead
+        if 1 <= device.zero_stage <= 2 and device.num_shards > 1:
             coll.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
                            name="dp-params", group=group, deps=(step.key,),
                            comm=Comm("all_gather", "params", params,
