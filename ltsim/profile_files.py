@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
+from ltsim.files import replaced_atomically
 from ltsim.files import NotRegularFile, read_input
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -189,9 +190,8 @@ def write_table(directory: str | Path, name: str, frame: "pd.DataFrame") -> Path
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = path / f"{name}.csv"
-    tmp = out.with_suffix(".csv.tmp")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(out)
+    with replaced_atomically(out) as temp:
+        frame.to_csv(temp, index=False)
     return out
 
 

@@ -227,8 +227,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}
     if len(given) < len(items):  # the last one silently won, hiding a bad earlier value
-        twice = next(key for i, (key, _) in enumerate(items) if key in {k for k, _ in items[:i]})
-        raise ConfigError("--set", "each key once", twice, f"give {twice} one value")
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise ConfigError("--set", "each key once", key, f"give {key} one value")
+            seen.add(key)
     sources = sorted(given & {f"workload.{k}" for k in _WORKLOAD_SOURCES})
     if len(sources) > 1:  # each replaces the others: the first was dropped
         raise ConfigError("--set", "one workload source (dataset, lengths or fixed_length)",

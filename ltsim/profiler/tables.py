@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from ltsim.errors import ProfileError
+from ltsim.files import replaced_atomically
 from ltsim.profiler.timing import Bench, Case, sample, summarize
 from ltsim.profiles import read_table, write_table
 
@@ -229,9 +230,8 @@ def run_table(job: TableJob, out: Path, *, resume: bool, progress: Progress,
 
 
 def _write_partial(path: Path, rows: list[Row]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    tmp.replace(path)
+    with replaced_atomically(path) as temp:
+        pd.DataFrame(rows).to_csv(temp, index=False)
 
 
 def _read_partial(path: Path) -> list[Row]:
