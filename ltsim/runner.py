@@ -85,7 +85,9 @@ def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContex
             notes.append(f'workload.batching = "{written}" is not used: {strategy.name} samples '
                          f'its batches "{strategy.batching}"')
         workload = workload.with_batching(strategy.batching)
-    return strategy, strategy.parse(scenario.strategy_options), ctx, workload, notes
+    options = strategy.parse(scenario.strategy_options)
+    notes += strategy.ignored(scenario.strategy_options, options)
+    return strategy, options, ctx, workload, notes
 
 
 def _checked_batches(strategy, workload, seed: int, ctx: PlanContext, options: Any) -> list:

@@ -20,7 +20,7 @@ from ltsim.gcpause import paused
 from ltsim.plan import Plan
 from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, flexsp, infinipipe,
                               megatron_1f1b, seco, seq1f1b, skrull, sorted_batching, spaco)
-from ltsim.strategies.base import PlanContext, parse_options
+from ltsim.strategies.base import PlanContext, ignored_options, parse_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,10 @@ class Strategy:
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)
+
+    def ignored(self, raw: dict[str, Any], options: Any) -> list[str]:
+        """Warnings for options given in ``raw`` that ``options`` leaves unused."""
+        return ignored_options(self.options_type, raw, options)
 
     def check(self, batch: tuple[int, ...], ctx: PlanContext, options: Any) -> None:
         """Raise ConfigError for a batch too large to plan (what ``plan`` checks first)."""

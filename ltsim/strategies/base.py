@@ -61,6 +61,19 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
     return options
 
 
+def ignored_options(options_type: type, raw: dict[str, Any], options: Any) -> list[str]:
+    """Warnings for keys the options type's ``IGNORED_UNLESS`` (option -> (other option, value))
+    says are read only when another option has some value, given without it: unused, but kept
+    legal (a bundled file sets them for its own choice, and a ``--set`` of the other option should
+    not make it fail)."""
+    out = []
+    for key, (other, needed) in getattr(options_type, "IGNORED_UNLESS", {}).items():
+        if key in raw and getattr(options, other) != needed:
+            out.append(f"strategy.{key} = {_toml(raw[key])} is not used: it is read only with "
+                       f"strategy.{other} = {_toml(needed)}")
+    return out
+
+
 def _toml(value: Any) -> str:
     """A value as a scenario file writes it."""
     if isinstance(value, bool):

@@ -36,6 +36,7 @@ class Options:
     bucket_size: int | str = "auto"  # C: tokens per rank per micro-batch, or "auto" (bucket_tokens)
     micro_batch_size: int = 0  # 0: pack up to C x cp tokens; n: n sequences (DeepSpeed's
     # train_micro_batch_size_per_gpu; gradient accumulation over the rest)
+    IGNORED_UNLESS = {"bucket_size": ("micro_batch_size", 0)}  # n sequences: no bucket
 
     def validate(self) -> None:
         check_bucket(self.bucket_size)
@@ -100,11 +101,11 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: s
     """Micro-batches of whole sequences, sharded over the CP group, on lockstep devices."""
     check_no_pipeline(ctx, name)
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
-    limit = bucket_tokens(ctx, layout, options.bucket_size) * ctx.parallel.cp
+    size = options.micro_batch_size
+    limit = 0 if size else bucket_tokens(ctx, layout, options.bucket_size) * ctx.parallel.cp
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
-    size = options.micro_batch_size
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         groups = ([seq_ids[i:i + size] for i in range(0, len(seq_ids), size)] if size else
                   pack_in_order(seq_ids, batch, limit))

@@ -42,8 +42,9 @@ class Options:
     checkpointing: str = "uniform"
     milp_time_limit_s: float = 0.25
 
-    # (not chunk_size: the bundled scenarios set it, and a --set of the variant would fail on it)
     ONLY_WITH = {"num_splits": ("variant", "original"), "split": ("variant", "original")}
+    # a warning, not an error: the bundled scenarios set it, and a --set of the variant would fail
+    IGNORED_UNLESS = {"chunk_size": ("variant", "enhanced")}
 
     def validate(self) -> None:
         positive("num_splits", self.num_splits)
