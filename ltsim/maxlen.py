@@ -310,7 +310,8 @@ def _static_terms(plan: Plan, cost: CostModel, device: int) -> dict[str, int]:
     if breakdown is None:  # a cost model without the split (the unit model): all as weights
         return {"weights": int(cost.static_memory_bytes(spec))}
     parts = breakdown(spec)
-    return {"weights": int(parts.weights_bytes), "gradients": int(parts.grads_bytes),
+    return {"weights": int(parts.weights_bytes + parts.gathered_bytes),  # ZeRO-3's gathered module
+            "gradients": int(parts.grads_bytes),
             "optimizer": int(parts.optimizer_bytes)}
 
 

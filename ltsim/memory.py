@@ -49,11 +49,12 @@ class StaticMemory:
     grads_bytes: float
     optimizer_bytes: float
     host_bytes: float = 0.0  # gradients and optimizer state offloaded to host memory (not in total)
+    gathered_bytes: float = 0.0  # ZeRO-3: its largest module gathered whole, with its gradients
 
     @property
     def total_bytes(self) -> float:
         """Bytes on the device."""
-        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.gathered_bytes
 
 
 def _check_layers(model: ModelSpec, num_layers: int) -> None:
@@ -138,6 +139,11 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     (DeepSpeed ZeRO-Offload, Ren et al. 2021, as ALST's recipes run it): the optimizer state and
     the fp32 gradient partitions live in host memory (``host_bytes``), the device keeps the weights
     (the gradient buckets in flight to the host are transient and not counted).
+    ZeRO-3 over several shards also holds, throughout, the largest module it gathers (``gathered_
+    bytes``: ``largest_module_parameters_per_gpu``, its weights and gradients in the model dtype,
+    the weights only with LoRA): DeepSpeed's own estimate of a GPU's model states under ZeRO-3
+    (``estimate_zero3_model_states_mem_needs``: 4 bytes per parameter of the largest layer, bf16,
+    beside 18 per sharded parameter), which its prefetch and live-parameter limits bound.
     Raises ConfigError when num_layers is outside [0, model.num_layers].
     """
     num_params = stage_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
@@ -157,12 +163,36 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     grads = sharded(trained, grad_bytes, 2)
     optimizer = sharded(trained, optimizer_bytes_per_param(model, parallel.optimizer_dtype), 1)
     weights = sharded(num_params + adapters, weight_bytes, 3)
+    gathered = 0.0
+    if stage >= 3 and num_shards > 1:
+        gathered = (largest_module_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
+                                                      has_embedding=has_embedding, has_head=has_head)
+                    * weight_bytes * (1 if model.lora_rank else 2))
     if offload_optimizer:
         host = sharded(trained, max(FP32_BYTES, weight_bytes), 1) + optimizer  # fp32 partitions
         return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=0.0,
-                            optimizer_bytes=0.0, host_bytes=host)
+                            optimizer_bytes=0.0, host_bytes=host, gathered_bytes=gathered)
     return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=grads,
-                        optimizer_bytes=optimizer)
+                        optimizer_bytes=optimizer, gathered_bytes=gathered)
+
+
+def largest_module_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int,
+                                      has_embedding: bool, has_head: bool) -> float:
+    """Parameters of the largest module (one weight matrix with its bias) one GPU of a stage holds,
+    in Megatron-LM's TP layout: a vocab table (embedding, or LM head) where the stage has one,
+    else a layer's fused QKV, output projection, MLP up (with gate) or MLP down projection. What
+    ZeRO-3 gathers whole at once (DeepSpeed's ``largest_layer_params``: the most parameters any
+    one module holds itself)."""
+    _check_layers(model, num_layers)
+    largest = 0.0
+    if num_layers:
+        params = layer_parameters(model)
+        down = model.hidden_size * model.ffn_hidden_size
+        largest = max(params.num_q / tp + params.num_kv / min(tp, model.num_kv_heads),
+                      params.num_out / tp, (params.num_mlp - down) / tp, down / tp)
+    if has_embedding or has_head:  # a head stage holds the head, or a tied head's copy
+        largest = max(largest, vocab_parameters(model) / tp)
+    return largest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -166,7 +166,28 @@ def test_zero_stage_bytes_per_parameter(stage: int, expected, dp: int, cp: int) 
     parallel = ParallelConfig(dp=dp, cp=cp, zero_stage=stage)
     got = static_memory_bytes(m, parallel, num_layers=32, has_embedding=True, has_head=True)
     assert got.num_parameters == num_parameters(m)
-    assert got.total_bytes / got.num_parameters == pytest.approx(expected(dp * cp), rel=1e-12)
+    sharded = got.total_bytes - got.gathered_bytes  # ZeRO-3's gathered module: its own test
+    assert sharded / got.num_parameters == pytest.approx(expected(dp * cp), rel=1e-12)
+    assert (got.gathered_bytes > 0) == (stage == 3 and dp * cp > 1)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gpt-13b", "qwen2.5-7b"])
+@pytest.mark.parametrize("gpus", [8, 64])
+def test_zero3_matches_deepspeeds_estimate(name: str, gpus: int) -> None:
+    # DeepSpeed's estimate_zero3_model_states_mem_needs without offload: 4 * largest_layer_params
+    # + 18 * total_params / total_gpus, largest_layer_params the most parameters one module holds
+    # itself (model_to_params), here the vocab table (embedding or LM head) of one pipeline stage
+    m = CATALOG[name]
+    got = static_memory_bytes(m, ParallelConfig(dp=gpus, zero_stage=3), num_layers=m.num_layers,
+                              has_embedding=True, has_head=True)
+    assert got.total_bytes == pytest.approx(4 * vocab_parameters(m) + 18 * num_parameters(m) / gpus,
+                                            rel=1e-12)
+    # a stage of layers only: the largest projection, the MLP's up projection (with its gate)
+    inner = static_memory_bytes(m, ParallelConfig(dp=gpus, zero_stage=3, tp=2), num_layers=4,
+                                has_embedding=False, has_head=False)
+    up = (2 if m.arch == "llama" else 1) * m.hidden_size * m.ffn_hidden_size + (
+        0 if m.arch == "llama" else m.ffn_hidden_size)  # gpt's up projection has a bias
+    assert inner.gathered_bytes == pytest.approx(4 * up / 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("stage,ratio", [
@@ -178,7 +199,8 @@ def test_flexsp_model_states_with_bf16_grads(stage: int, ratio) -> None:
     got = static_memory_bytes(m, parallel, num_layers=32, has_embedding=True, has_head=True,
                               fp32_grads=False)
     expected_mib = 7.1174468994140625 * 16 * ratio(64) * 1024
-    assert got.total_bytes / MiB == pytest.approx(expected_mib, rel=1e-9)
+    # FlexSP's planner does not count ZeRO-3's gathered module (DeepSpeed's estimate does: above)
+    assert (got.total_bytes - got.gathered_bytes) / MiB == pytest.approx(expected_mib, rel=1e-9)
 
 
 def test_distributed_optimizer_off_replicates_everything() -> None:
