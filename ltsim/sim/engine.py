@@ -15,7 +15,9 @@ process then walks its ops keeping its own clock: an op starts at the latest of 
 clock and its dependencies' (known) end times, so a process yields to SimPy only when it needs
 an op whose times are not known yet (another stream has not reached it), or a collective
 partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
-time. Identical DP replicas (equal compiled programs) are replayed once and their times copied
+time. A stream whose every op waits only for ops of one compute stream, in that stream's order
+(the SENDs of a pipeline), has no process: the compute stream's process computes each of its ops
+as soon as the op it waits for is done (``_riders``). Identical DP replicas (equal compiled programs) are replayed once and their times copied
 (ltsim/sim/replicas.py); replicas the plan itself names as mirrors (ltsim/mirrors.py) are not in
 its programs at all, and the trace names which device each of them repeats. Deterministic:
 times are maxima and sums of priced durations, independent of the order SimPy wakes processes in.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from bisect import bisect_right
 from heapq import merge
 from typing import Any
 
@@ -384,6 +387,38 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             event = table[op_id] = _At(env)
         return event
 
+    riders = _riders(compiled, only)  # op id -> ops of programs that only follow it (below)
+    rider_clock = [0.0] * len(compiled.programs)
+
+    def ride(i: int) -> None:
+        """The rider ops of op ``i``, just computed: each after its own stream's previous op and
+        ``i`` (the last of its dependencies, all in ``i``'s program and so known)."""
+        for q, j in riders[i]:
+            dur, alloc, host_alloc, free, host_free, deps, _, _ = steps[j]
+            clock = rider_clock[q]
+            for d in deps:
+                end = finish[d]
+                if end > clock:
+                    clock = end
+            start[j] = clock
+            event = began_wait[j]
+            if event is not None:
+                event.fire_at(clock)
+            end = clock + dur if dur > 0 else clock
+            finish[j] = end
+            event = done_wait[j]
+            if event is not None:
+                event.fire_at(end)
+            if alloc:
+                mem[q].append((clock, alloc))
+            if host_alloc:
+                host_mem[q].append((clock, host_alloc))
+            if free:
+                mem[q].append((end, -free))
+            if host_free:
+                host_mem[q].append((end, -host_free))
+            rider_clock[q] = end
+
     def run_program(first: int, stop: int, mem_out: list, host_out: list):
         clock = 0.0
         for i in range(first, stop):
@@ -433,12 +468,54 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             if host_free:
                 host_out.append((end, -host_free))
             clock = end
+            if i in riders:
+                ride(i)
 
+    ridden = {q for ops in riders.values() for q, _ in ops}
     for p, (_, _, first, stop) in enumerate(compiled.programs):
-        if stop > first and (only is None or p in only):
+        if stop > first and (only is None or p in only) and p not in ridden:
             env.process(run_program(first, stop, mem[p], host_mem[p]))
     env.run()
     return start, finish, mem, host_mem
+
+
+def _riders(compiled: Compiled, only: set[int] | None) -> dict[int, list[tuple[int, int]]]:
+    """Programs replayed inside another's process: each of their ops waits only for ops of one
+    compute program (no start dependency, no collective), the last of which comes in that program
+    no earlier than the last one the op before waited for. A SEND stream does (each send waits
+    for the op that produced its tensor). Such an op's times are known as soon as that last
+    dependency's are, so the producing program's process computes it then (``ride``), with the
+    same times as a process of its own would give, and without the SimPy resumptions of one.
+    Returns, per op id, the (program, op id) pairs to compute right after it, in program order."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    steps = compiled.steps
+    programs = compiled.programs
+    starts = [first for _, _, first, _ in programs]  # op ids are contiguous per program
+    for q, (_, stream, first, stop) in enumerate(programs):
+        if stream == "compute" or stop <= first or (only is not None and q not in only):
+            continue
+        host = low = high = last = -1
+        plan: list[tuple[int, int]] = []
+        for j in range(first, stop):
+            _, _, _, _, _, deps, start_deps, coll = steps[j]
+            if start_deps or coll is not None or not deps:
+                break
+            trigger = max(deps) if len(deps) > 1 else deps[0]
+            if host < 0:
+                host = bisect_right(starts, trigger) - 1
+                while programs[host][2] == programs[host][3]:  # empty programs share a start
+                    host += 1
+                low, high = programs[host][2], programs[host][3]
+            if not low <= trigger < high or trigger < last or (len(deps) > 1 and min(deps) < low):
+                break
+            last = trigger
+            plan.append((trigger, j))
+        else:
+            if (host != q and programs[host][1] == "compute"  # a rider's host rides nothing
+                    and (only is None or host in only)):
+                for trigger, j in plan:
+                    out.setdefault(trigger, []).append((q, j))
+    return out
 
 
 def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],

@@ -128,3 +128,18 @@ def test_the_lazy_event_table_is_the_sorted_events_and_gives_their_metrics(name,
         got = lazy.seconds_by_device(kinds, stream)
         assert got.keys() == naive.keys()
         assert all(got[d] == pytest.approx(naive[d], rel=1e-12) for d in naive)
+
+
+def test_pipeline_sends_ride_their_producers_process():
+    # every SEND waits only for the compute op that made its tensor, in producer order: the
+    # compute process computes it (engine._riders), so no SEND stream has a process of its own
+    plan = _plan("megatron-1f1b", {}, 4, 1, 1, [64] * 6, "selective")
+    compiled = engine.compile_plan(plan, UnitCostModel())
+    riders = engine._riders(compiled, None)
+    sends = {i for i, op in enumerate(compiled.ops) if op.stream == "comm"}
+    assert sends and {j for ops in riders.values() for _, j in ops} == sends
+    for trigger, ops in riders.items():
+        assert compiled.ops[trigger].stream == "compute"
+        assert all(compiled.steps[j][5] == (trigger,) for _, j in ops)
+    start, finish, _, _ = engine.replay(compiled)
+    recurrence.check(compiled, start, finish)
