@@ -70,26 +70,30 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         plain: dict = {}  # and one Work per distinct value a non-activation buffer holds
         resolved: dict = {}  # an action's allocs or frees on a work: resolved once
 
-        def effects_of(mems, action: Action, work: Work) -> tuple:
-            # by identity: the schedule, alive throughout, holds every effects tuple (strategies
-            # share one tuple among many actions)
-            rkey = (id(mems), id(work), action.keep)
-            out = resolved.get(rkey)
-            if out is None:
-                out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects, plain)
-            return out
-
+        # an action's allocs or frees, resolved, by identity: the schedule, alive throughout,
+        # holds every effects tuple (strategies share one tuple among many actions)
         for action in schedule.orders.get(device.index, ()):
-            wkey = (action.chunk, action.layers, action.slices, action.split, action.head,
-                    action.tiling)
+            (kind, chunk, keep, mems_in, mems_out, deps, layers, slices, split_, head, name,
+             tiling) = action
+            wkey = (chunk, layers, slices, split_, head, tiling)
             work = works.get(wkey)
             if work is None:
-                work = works[wkey] = _work(action, chunks[action.chunk].slices, action.chunk,
-                                           device, split)
-            allocs = effects_of(action.allocs, action, work) if action.allocs else ()
-            frees = effects_of(action.frees, action, work) if action.frees else ()
-            ops.append(make_op(action.kind, index, stage, action.chunk, action.name, "compute", work,
-                               action.keep, "", None, action.deps, (), allocs, frees, ()))
+                work = works[wkey] = _work(action, chunks[chunk].slices, chunk, device, split)
+            allocs = frees = ()
+            if mems_in:
+                rkey = (id(mems_in), id(work), keep)
+                allocs = resolved.get(rkey)
+                if allocs is None:
+                    allocs = resolved[rkey] = _resolve(mems_in, action, work, device, chunks,
+                                                       effects, plain)
+            if mems_out:
+                rkey = (id(mems_out), id(work), keep)
+                frees = resolved.get(rkey)
+                if frees is None:
+                    frees = resolved[rkey] = _resolve(mems_out, action, work, device, chunks,
+                                                      effects, plain)
+            ops.append(make_op(kind, index, stage, chunk, name, "compute", work, keep, "", None,
+                               deps, (), allocs, frees, ()))
         programs[(device.index, "compute")] = tuple(ops)
     return Draft(schedule, layout, programs)
 
