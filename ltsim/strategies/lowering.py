@@ -20,7 +20,8 @@ per device and stream) to a new Draft:
 - ``add_dp_reduction``: the gradient reduction over the stage's data-parallel (and CP) shards on
   the coll stream, started with the device's last backward (Megatron's overlap_grad_reduce), or,
   with ZeRO-2 and no pipeline, a reduce-scatter every micro-step that the next one waits for
-  (DeepSpeed); with ``parallel.overlap_grad_reduce = false``, each after the backward instead of
+  (DeepSpeed), with ZeRO-2/3 in pipeline stages one after every backward (FSDP); with
+  ``parallel.overlap_grad_reduce = false``, each after the backward instead of
   with it; then the optimizer step and, with a distributed optimizer (ZeRO-1/2), the parameter
   all-gather (ZeRO-3 keeps its parameters sharded: its gathers are per op);
 - ``offload.offload(kinds, sync)`` (its own module): forward buffers of those kinds copied to host
@@ -358,6 +359,13 @@ def add_dp_reduction(draft: Draft) -> Draft:
                                           grads, group)
             coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []),
                                      draft.ops(device.index, "cp"))
+        elif device.zero_stage >= 2 and device.num_shards > 1:  # sharded gradients in a pipeline
+            spans = _backward_spans(compute)
+            count = max(len(_backward_spans(draft.ops(d))) for d in group
+                        if (d, "compute") in draft.programs)  # a mirror counts as its source
+            reduces = _per_backward_reduction(device, compute, spans, count, grads, group)
+            coll = _merge_by_trigger(coll, reduces, compute, [chunk for _, _, chunk in spans],
+                                     draft.ops(device.index, "cp"))
         else:
             reduces = [_step_end_reduction(device, compute, grads, group)]
             coll += reduces
@@ -439,6 +447,28 @@ def _per_step_reduction(device: Device, compute: list[Op], chunks: list[int], co
         # cannot be waited for before it (a deadlock), so the wait falls away
         if nxt < len(compute) and compute[nxt].chunk > chunks[m] and latest == span[1]:
             compute[nxt] = compute[nxt].with_deps((out[-1].key,))
+    return out
+
+
+def _per_backward_reduction(device: Device, compute: list[Op], spans: list[tuple[int, int, int]],
+                            count: int, grads: Comm, group) -> list[Op]:
+    """ZeRO-2/3 within pipeline stages (FSDP, InfiniPipe's and Seq1F1B's setup: it keeps no
+    unsharded gradients from one backward to the next): the stage's gradients reduce-scattered
+    over the shards after every chunk's backward on this device (``spans``, in the order they
+    run), started with that backward (FSDP reduces each layer's as its backward ends), or after it
+    without ``overlap_grad_reduce``. Nothing but the optimizer step waits for them. Reduction m
+    is the device's m-th backward's on every member of the group; a device with fewer backwards
+    joins the others' remaining ones after its last op (collectives match one to one)."""
+    overlap = device.overlap_grad_reduce
+    last = (compute[-1].key,) if compute else ()
+    out = []
+    for m in range(count):
+        first, final, _ = spans[m] if m < len(spans) else (None, None, None)
+        started = first is not None and overlap
+        out.append(Op(kind=OpKind.COLL, device=device.index, stage=device.stage,
+                      name=f"dp-grad-{m}", comm=grads, group=group,
+                      start_deps=(compute[first].key,) if started else (),
+                      deps=() if started else (compute[final].key,) if final is not None else last))
     return out
 
 

@@ -281,3 +281,38 @@ def test_per_step_reductions_without_pipeline_follow_backwards_run_last_chunk_fi
                          strategy.parse(options)).validate()
     trace = unit_engine().run(plan)  # a deadlock raises PlanError
     assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["megatron-1f1b", "seq1f1b", "infinipipe", "chunkflow"]),
+       zero_stage=st.sampled_from([2, 3]), pp=st.integers(2, 3), dp=st.integers(2, 3),
+       overlap=st.booleans(), lengths=st.lists(st.integers(1, 160), min_size=2, max_size=9))
+def test_pipelines_with_sharded_gradients_reduce_after_every_backward(name, zero_stage, pp, dp,
+                                                                       overlap, lengths):
+    """ZeRO-2/3 within pipeline stages (FSDP, InfiniPipe's setup): a reduce-scatter of the stage's
+    gradients per backward on the device, as many on every member of the stage's group (replicas
+    with fewer backwards join the rest idle), started with the backward (or after it without
+    overlap); the optimizer step waits for the last; ZeRO-3's gathers share the coll stream
+    without a deadlock."""
+    from ltsim.strategies import get_strategy
+    from tests.conftest import unit_ctx, unit_engine
+
+    strategy = get_strategy(name)
+    options = {"chunk_size": 32} if name in ("seq1f1b", "chunkflow") else {}
+    ctx = unit_ctx(pp=pp, dp=dp, zero_stage=zero_stage, recompute="selective")
+    ctx = PlanContext(model=ctx.model, cost=ctx.cost,
+                      parallel=dataclasses.replace(ctx.parallel, overlap_grad_reduce=overlap))
+    plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options)).expand().validate()
+    counts = {}
+    for device in plan.devices:
+        compute = plan.program(device.index).ops
+        backwards = [op for op in compute if op.kind is OpKind.B]
+        reduces = [op for op in plan.program(device.index, "coll").ops if op.name.startswith("dp-grad")]
+        counts.setdefault(device.stage, set()).add(len(reduces))
+        assert len(reduces) >= len({op.chunk for op in backwards})
+        for op in reduces[:len({op.chunk for op in backwards})]:
+            assert bool(op.start_deps) == overlap and bool(op.deps) != overlap
+        assert compute[-1].kind is OpKind.OPT and compute[-1].deps == (reduces[-1].key,)
+    assert all(len(n) == 1 for n in counts.values())  # matched across the stage's replicas
+    trace = unit_engine().run(plan)  # a deadlock raises PlanError
+    assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
