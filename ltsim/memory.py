@@ -180,9 +180,9 @@ def largest_module_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: 
                                       has_embedding: bool, has_head: bool) -> float:
     """Parameters of the largest module (one weight matrix with its bias) one GPU of a stage holds,
     in Megatron-LM's TP layout: a vocab table (embedding, or LM head) where the stage has one,
-    else a layer's fused QKV, output projection, MLP up (with gate) or MLP down projection. What
-    ZeRO-3 gathers whole at once (DeepSpeed's ``largest_layer_params``: the most parameters any
-    one module holds itself)."""
+    else a layer's fused QKV, output projection, MLP up (with gate) or MLP down projection (an HF
+    model keeps gate and up apart, half that). What ZeRO-3 gathers whole at once (DeepSpeed's
+    ``largest_layer_params``: the most parameters any one module holds itself)."""
     _check_layers(model, num_layers)
     largest = 0.0
     if num_layers:

@@ -398,10 +398,16 @@ def _merge_by_trigger(coll: list[Op], reduces: list[Op], compute: list[Op], chun
                 position.setdefault(dep, position[op.key])
     spans = {chunk: last for _, last, chunk in _backward_spans(compute)}
     keyed = [(position.get(op.key, len(compute)), 0, i, op) for i, op in enumerate(coll)]
+    index = {op.key: i for i, op in enumerate(compute)}
     key = -1.0  # reductions keep their order m (every member of the group runs them in one order);
     for m, op in enumerate(reduces):  # one the device sits out goes with the one before it
         last = spans.get(chunks[m]) if m < len(chunks) else None
         key = max(key, last + 1.5 if last is not None else key)
+        # and after the gather of every compute op it waits for (a reduction joined after the
+        # device's last op, which SpaCO's forward-only chunks can follow the last backward with)
+        waits = [index[d] for d in op.deps + op.start_deps if d in index]
+        if waits:
+            key = max(key, max(waits) + 0.5)
         keyed.append((key, 1, m, op))
     return [op for *_, op in sorted(keyed, key=lambda k: k[:3])]
 

@@ -182,7 +182,8 @@ def test_zero3_matches_deepspeeds_estimate(name: str, gpus: int) -> None:
                               has_embedding=True, has_head=True)
     assert got.total_bytes == pytest.approx(4 * vocab_parameters(m) + 18 * num_parameters(m) / gpus,
                                             rel=1e-12)
-    # a stage of layers only: the largest projection, the MLP's up projection (with its gate)
+    # a stage of layers only: the largest projection in Megatron-LM's layout, the MLP's up
+    # projection fused with its gate (an HF model keeps them apart: DeepSpeed would find half)
     inner = static_memory_bytes(m, ParallelConfig(dp=gpus, zero_stage=3, tp=2), num_layers=4,
                                 has_embedding=False, has_head=False)
     up = (2 if m.arch == "llama" else 1) * m.hidden_size * m.ffn_hidden_size + (
