@@ -143,3 +143,20 @@ def test_pipeline_sends_ride_their_producers_process():
         assert all(compiled.steps[j][5] == (trigger,) for _, j in ops)
     start, finish, _, _ = engine.replay(compiled)
     recurrence.check(compiled, start, finish)
+
+
+@pytest.mark.parametrize("name,options", list(_cases()))
+@settings(max_examples=8, deadline=None)
+@given(pp=st.integers(1, 4), dp=st.integers(1, 3), cp=st.sampled_from([1, 2]),
+       lengths=st.lists(st.integers(1, 200), min_size=2, max_size=10))
+def test_riders_change_no_time_and_no_memory_change(name, options, pp, dp, cp, lengths):
+    # the same replay with every program in a process of its own: identical starts, ends and
+    # device and host memory deltas, replicas shared or not
+    from unittest import mock
+
+    compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, "selective").expand(),
+                                   UnitCostModel())
+    with_riders = engine.replay(compiled)
+    with mock.patch.object(engine, "_riders", lambda compiled, only: {}):
+        alone = engine.replay(compiled)
+    assert with_riders == alone
