@@ -86,6 +86,7 @@ class MaxLength:
     cap: int = MAX_LENGTH  # the longest length searched
     cap_is_longest: bool = False  # workload mode: the cap is the distribution's longest sequence
     unit_costs: bool = False  # the unit preset: times in units of work, memory in tokens
+    note: str = ""  # options the search used in place of the scenario's (``worst_draw``)
 
     @property
     def binds(self) -> str:
@@ -127,7 +128,7 @@ class MaxLength:
                 "next_reason": self.failing.reason if self.failing else "",
                 "memory_limit_bytes": self.memory_limit_bytes,
                 "host_memory_limit_bytes": self.host_memory_limit_bytes,
-                "unit_costs": self.unit_costs}
+                "unit_costs": self.unit_costs, "note": self.note}
 
 
 def length_scenario(scenario: Scenario, length: int) -> Scenario:
@@ -218,6 +219,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                           "memory limit, so no length is the longest)", None,
                           "set hardware.memory_limit_gib, or bound the search with --max-length",
                           source=scenario.source)
+    scenario, note = worst_draw(scenario)
     points = {} if points is None else points
 
     def probe(length: int) -> Point:
@@ -253,7 +255,29 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                      memory_limit_bytes=cost.memory_limit_bytes,
                      host_memory_limit_bytes=cost.host_memory_limit_bytes, mode=mode,
                      cap=max_length, cap_is_longest=cap_is_longest,
-                     unit_costs=scenario.cluster.device.is_unit)
+                     unit_costs=scenario.cluster.device.is_unit, note=note)
+
+
+def worst_draw(scenario: Scenario) -> tuple[Scenario, str]:
+    """The scenario with the options its strategy's ``MAXLEN_OPTIONS`` give, and a note saying
+    so ("" when they are already its own). SpaCO draws at random which chunks back-propagate, and
+    its peak depends on the draw (the latest chunk drawn holds every earlier chunk's K/V
+    gradients); a run draws anew every step, so the longest length it can train is one that every
+    draw fits: the search uses the draw of the largest peak."""
+    from ltsim.strategies import get_strategy
+
+    strategy = get_strategy(scenario.strategy)
+    options = strategy.parse(scenario.strategy_options)
+    override = strategy.maxlen_options(options)
+    changed = {k: v for k, v in override.items() if getattr(options, k) != v}
+    if not changed:
+        return scenario, ""
+    raw = {**scenario.raw, "strategy": {**scenario.raw["strategy"], **changed}}
+    said = ", strategy.".join(f"{k} = {v!r}" for k, v in changed.items()).replace("'", '"')
+    return (build_scenario(raw, source=scenario.source),
+            f"searched with strategy.{said}: its peak depends on which chunks a step draws, and "
+            "a run draws anew every step, so the answer is the longest length the worst draw fits "
+            "(and the time shown is that draw's)")
 
 
 def _plans(scenario: Scenario, length: int, cost: CostModel, mode: str) -> bool:

@@ -196,4 +196,5 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
     for d in rows:
         if d["next_length"] is not None:
             lines.append(f"{d['label']}: {d['next_length']:,} tokens do not fit: {d['next_reason']}")
+    lines += [f"{d['label']}: {d['note']}" for d in rows if d.get("note")]
     return "\n".join(lines)

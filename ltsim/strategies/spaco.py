@@ -19,7 +19,12 @@ Choices where the paper is silent or ambiguous (PAPERS.md 5.1 H2, H3), all optio
   t(t-1).../(k(k-1)...), not (t/k)^(p+1), so k/t per relay only approximates it (the paper's Eq.
   8-10 assume independent survival). ``"bernoulli"``: each chunk independently with probability
   t/k, for which the uncapped factors make the estimate exactly unbiased (the executor's tests
-  enumerate every subset of a small case and check both statements).
+  enumerate every subset of a small case and check both statements). ``"worst"``: the draw of
+  the largest memory peak, the t latest chunks (the latest chunk back-propagated gives every
+  earlier chunk its K/V gradients, held until that chunk's own turn, so each backward of this
+  draw holds the most any draw can, beside a whole chunk's activations): not an estimate, but
+  what ``ltsim maxlen`` searches with (``maxlen_options``), since a run draws anew every step
+  and the longest length it can train is one that every draw fits.
 
 Per sequence, k is its chunk count and t = min(budget, k). The choice is seeded per sequence
 (``seed`` and the sequence id), so a plan is reproducible; it is the same on every stage.
@@ -37,12 +42,13 @@ from ltsim.strategies.base import PlanContext, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.schedule import Layout
 
-__all__ = ["NAME", "Options", "check_batch", "plan"]
+__all__ = ["NAME", "Options", "check_batch", "maxlen_options", "plan"]
 from ltsim.strategies.seco import check_batch, chunked_schedule
 
 NAME = "spaco"
 COMPENSATIONS = ("paper", "none")
-SAMPLINGS = ("fixed", "bernoulli")
+SAMPLINGS = ("fixed", "bernoulli", "worst")
+EVERY_CHUNK = 1 << 30  # a budget no sequence's chunk count reaches: t = k
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +81,18 @@ def select(ids: list[int], seq: int, options: Options) -> list[int]:
     if options.sampling == "bernoulli":
         p = min(1.0, options.budget / k)
         return [c for c in ids if rng.random() < p]
+    if options.sampling == "worst":
+        return ids[k - min(options.budget, k):]
     return sorted(rng.sample(ids, min(options.budget, k)))
+
+
+def maxlen_options(options: Options) -> dict:
+    """What ``ltsim maxlen`` searches with: the draw of the largest peak. Fixed sampling draws t
+    chunks, the worst being the t latest (``"worst"``); Bernoulli sampling may draw any subset,
+    every chunk too (SeCO's backward, with SpaCO's forward), which is then the worst."""
+    if options.sampling == "bernoulli":
+        return {"sampling": "worst", "budget": EVERY_CHUNK}
+    return {"sampling": "worst"}
 
 
 def factor(k: int, options: Options) -> float:

@@ -156,3 +156,21 @@ def test_a_first_length_the_strategy_refuses_blames_the_step(capsys):
                  "--step", "300000000"]) == 2
     err = capsys.readouterr().err
     assert "'--step' must be a length the strategy can plan" in err and err.count("Fix:") == 1
+
+
+def test_spaco_is_searched_with_its_worst_draw(quickstart):
+    # its peak depends on which chunks a step draws (a run draws anew every step): the search
+    # uses the draw of the largest peak, says so, and the answer fits every seeded draw
+    scenario = build_scenario({**quickstart.with_overrides(SINGLE_GPU).raw, "strategy": {
+        "name": "spaco", "chunk_size": 4096, "budget": 2}})
+    answer = find_max_length(scenario, step=4096)
+    assert answer.options["sampling"] == "worst" and "worst draw" in answer.note
+    assert answer.to_dict()["note"] == answer.note
+    cost = make_cost_model(scenario)
+    for seed in range(4):
+        drawn = build_scenario({**scenario.raw, "strategy": {**scenario.raw["strategy"],
+                                                             "seed": seed}})
+        assert evaluate(drawn, answer.max_length, cost).fits
+    same = build_scenario({**scenario.raw, "strategy": {**scenario.raw["strategy"],
+                                                        "sampling": "worst"}})
+    assert find_max_length(same, step=4096).note == ""  # already its own: nothing to say

@@ -16,6 +16,7 @@ from ltsim.parallel import ParallelConfig
 from ltsim.sim.engine import Engine
 from ltsim.strategies import get_strategy
 from ltsim.strategies.base import PlanContext
+from ltsim.strategies.spaco import maxlen_options
 from tests.conftest import unit_ctx, unit_engine
 
 
@@ -135,3 +136,31 @@ def test_seco_keeps_kv_of_the_whole_sequence_but_one_chunk_of_activations():
     assert peaks["seco"] < peaks["megatron-1f1b"] / 4
     assert kv < peaks["seco"] < kv + peaks["megatron-1f1b"] / 8
     assert peaks["spaco"] <= peaks["seco"]
+
+
+def test_spaco_worst_draw_peaks_above_every_random_draw():
+    """What ltsim maxlen searches SpaCO with (spaco.maxlen_options). Fixed sampling: the t latest
+    chunks. The latest chunk back-propagated gives every earlier one its K/V gradients, held to
+    that chunk's own turn, so no draw of t holds more at any backward: its peak is at least every
+    seeded draw's (table costs; lengths that end in a partial chunk, whose activations are the
+    smaller). Bernoulli sampling: every chunk."""
+    model = get_model("llama-3.1-8b")
+    cost = TableCostModel(model, ClusterSpec(device=get_device("h100-sxm5-80gb"), gpus_per_node=1))
+    ctx = PlanContext(model=model, parallel=ParallelConfig(), cost=cost)
+    strategy = get_strategy("spaco")
+    for length in (16384, 16384 + 300):
+        def peak(**options):
+            plan = strategy.plan((length,), ctx, strategy.parse({"chunk_size": 1024, "budget": 3,
+                                                                 **options}))
+            return plan, Engine(cost).run(plan).peak_memory_bytes()[0]
+
+        worst_plan, worst = peak(**maxlen_options(strategy.parse({})))
+        ids = sorted(c.index for c in worst_plan.chunks)
+        assert sorted(worst_plan.grad_chunks) == ids[-3:]
+        draws = [peak(seed=seed)[1] for seed in range(8)]
+        assert worst >= max(draws)
+        assert worst > min(draws)  # the draw matters: the search must not take a lucky one
+        # Bernoulli draws any subset (more than t chunks too): its worst is every chunk
+        every_plan, every = peak(**maxlen_options(strategy.parse({"sampling": "bernoulli"})))
+        assert sorted(every_plan.grad_chunks) == ids
+        assert every >= max(peak(seed=seed, sampling="bernoulli")[1] for seed in range(6))
