@@ -259,7 +259,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
 
 
 def worst_draw(scenario: Scenario) -> tuple[Scenario, str]:
-    """The scenario with the options its strategy's ``MAXLEN_OPTIONS`` give, and a note saying
+    """The scenario with the options its strategy's ``maxlen_options`` give, and a note saying
     so ("" when they are already its own). SpaCO draws at random which chunks back-propagate, and
     its peak depends on the draw (the latest chunk drawn holds every earlier chunk's K/V
     gradients); a run draws anew every step, so the longest length it can train is one that every

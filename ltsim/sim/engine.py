@@ -17,17 +17,18 @@ an op whose times are not known yet (another stream has not reached it), or a co
 partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
 time. A stream whose every op waits only for ops of one compute stream, in that stream's order
 (the SENDs of a pipeline), has no process: the compute stream's process computes each of its ops
-as soon as the op it waits for is done (``_riders``). Identical DP replicas (equal compiled programs) are replayed once and their times copied
-(ltsim/sim/replicas.py); replicas the plan itself names as mirrors (ltsim/mirrors.py) are not in
-its programs at all, and the trace names which device each of them repeats. Deterministic:
+as soon as the op it waits for is done (``_riders``). Identical DP replicas (equal compiled
+programs) are replayed once and their times copied (ltsim/sim/replicas.py); replicas the plan
+itself names as mirrors (ltsim/mirrors.py) are not in its programs at all, and the trace names
+which device each of them repeats. Deterministic:
 times are maxima and sums of priced durations, independent of the order SimPy wakes processes in.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from bisect import bisect_right
 from heapq import merge
 from typing import Any
 
