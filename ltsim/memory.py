@@ -165,9 +165,9 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     weights = sharded(num_params + adapters, weight_bytes, 3)
     gathered = 0.0
     if stage >= 3 and num_shards > 1:
-        gathered = (largest_module_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
-                                                      has_embedding=has_embedding, has_head=has_head)
-                    * weight_bytes * (1 if model.lora_rank else 2))
+        largest = largest_module_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
+                                                    has_embedding=has_embedding, has_head=has_head)
+        gathered = largest * weight_bytes * (1 if model.lora_rank else 2)
     if offload_optimizer:
         host = sharded(trained, max(FP32_BYTES, weight_bytes), 1) + optimizer  # fp32 partitions
         return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=0.0,
