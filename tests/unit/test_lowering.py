@@ -310,7 +310,8 @@ def test_pipelines_with_sharded_gradients_reduce_after_every_backward(name, zero
     for device in plan.devices:
         compute = plan.program(device.index).ops
         backwards = [op for op in compute if op.kind is OpKind.B]
-        reduces = [op for op in plan.program(device.index, "coll").ops if op.name.startswith("dp-grad")]
+        reduces = [op for op in plan.program(device.index, "coll").ops
+                   if op.name.startswith("dp-grad")]
         counts.setdefault(device.stage, set()).add(len(reduces))
         assert len(reduces) >= len({op.chunk for op in backwards})
         for op in reduces[:len({op.chunk for op in backwards})]:

@@ -30,7 +30,8 @@ def test_an_option_its_other_options_leave_unused_is_refused(name, raw, pattern)
     ("deepspeed-cp", {"micro_batch_size": 1, "bucket_size": 4096},
      "strategy.bucket_size = 4096 is not used: it is read only with strategy.micro_batch_size = 0"),
     ("deepspeed-ulysses", {"micro_batch_size": 2, "bucket_size": "auto"},
-     'strategy.bucket_size = "auto" is not used: it is read only with strategy.micro_batch_size = 0'),
+     'strategy.bucket_size = "auto" is not used: it is read only with '
+     'strategy.micro_batch_size = 0'),
 ])
 def test_an_option_kept_legal_but_unused_is_warned_about(name, raw, warned):
     from ltsim.strategies import get_strategy
@@ -46,7 +47,8 @@ def test_a_simulation_reports_an_unused_option_among_its_warnings(tmp_path):
     from ltsim.scenario import load_scenario
 
     path = tmp_path / "s.toml"
-    path.write_text('name = "s"\n[hardware]\npreset = "unit"\nnum_nodes = 1\ngpus_per_node = 2\n[model]\npreset = "qwen2.5-0.5b"\n'
+    path.write_text('name = "s"\n[hardware]\npreset = "unit"\nnum_nodes = 1\ngpus_per_node = 2\n'
+                    '[model]\npreset = "qwen2.5-0.5b"\n'
                     '[parallel]\ncp = 2\n[workload]\nlengths = [512, 256]\n'
                     '[strategy]\nname = "deepspeed-cp"\nmicro_batch_size = 1\nbucket_size = 128\n')
     warnings = simulate(load_scenario(path)).warnings
