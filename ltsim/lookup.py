@@ -287,11 +287,19 @@ class GemmLookup:
         nc = _clamp_note(notes, "gemm", "n", n, n_lo, n_hi)
         kc = _clamp_note(notes, "gemm", "k", k, k_lo, k_hi)
         log_t = math.log(nc) + math.log(kc)
+        lm = math.log(m) if m > 0 else 0.0  # read only inside a curve's range, where m > 0
         for w, lnk, curve in self._blend(dtype, math.log(nc), math.log(kc)):
-            t, where = curve(m)
-            if where != INSIDE and w > 0.05:
-                bound = curve.x_max if where == ABOVE else curve.x_min
-                notes.append(("range", "gemm", "m", m, bound, where))
+            # MonotoneCurve.__call__, inline (a blend reads up to dozens of curves per lookup)
+            if m > curve.x_max:
+                t = math.exp(curve.log_y[-1]) * m / curve.x_max
+                if w > 0.05:
+                    notes.append(("range", "gemm", "m", m, curve.x_max, ABOVE))
+            elif m < curve.x_min:
+                t = math.exp(curve.log_y[0])
+                if w > 0.05:
+                    notes.append(("range", "gemm", "m", m, curve.x_min, BELOW))
+            else:
+                t = math.exp(curve.log_at(lm))
             log_t += w * (math.log(t) - lnk)
         return math.exp(log_t) * max(1.0, (n * k) / (nc * kc))
 

@@ -479,3 +479,34 @@ def test_only_the_profiles_own_files_are_read_and_each_at_most_64_mib(tmp_path, 
         table.truncate(MAX_TABLE_BYTES + 1)
     with pytest.raises(ProfileError, match=r"gemm.csv: table 'gemm' must be at most 64 MiB"):
         Profile(directory)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROFILES_DIR.iterdir()
+                                        if (p / "meta.json").exists()))
+def test_gemm_blend_reads_each_curve_as_the_curve_does(name):
+    # GemmLookup.time_s reads its blend's curves inline (a lookup reads up to dozens): the same
+    # time and the same range notes as calling each curve, bit for bit, over shapes inside,
+    # between and beyond the bundled tables
+    from ltsim.lookup import ABOVE, INSIDE, _clamp_note
+
+    gemm = load_profile(name)._gemm
+    rng = random.Random(0)
+    for dtype in gemm.dtypes:
+        for _ in range(300):
+            m = rng.choice([1, 100, 4096, 65536, 10**6, 3 * 10**7]) * rng.uniform(0.5, 2)
+            m = int(m) if rng.random() < 0.7 else m
+            n = rng.choice([64, 1024, 4096, 18944, 38016, 10**6]) * rng.uniform(0.5, 2)
+            k = rng.choice([64, 1024, 3584, 5120, 18944, 10**6]) * rng.uniform(0.5, 2)
+            notes, want_notes = [], []
+            (n_lo, n_hi), (k_lo, k_hi) = gemm._ranges[dtype]
+            nc = _clamp_note(want_notes, "gemm", "n", n, n_lo, n_hi)
+            kc = _clamp_note(want_notes, "gemm", "k", k, k_lo, k_hi)
+            log_t = math.log(nc) + math.log(kc)
+            for w, lnk, curve in gemm._blend(dtype, math.log(nc), math.log(kc)):
+                t, where = curve(m)
+                if where != INSIDE and w > 0.05:
+                    want_notes.append(("range", "gemm", "m", m,
+                                       curve.x_max if where == ABOVE else curve.x_min, where))
+                log_t += w * (math.log(t) - lnk)
+            want = math.exp(log_t) * max(1.0, (n * k) / (nc * kc))
+            assert gemm.time_s(m, n, k, dtype, notes) == want and notes == want_notes
