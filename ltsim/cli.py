@@ -246,7 +246,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_maxlen(args: argparse.Namespace) -> int:
-    from ltsim.maxlen import find_max_length
+    from ltsim.maxlen import find_max_length, worst_draw
     from ltsim.report import format_maxlen
     from ltsim.scenario import load_scenario
 
@@ -265,7 +265,8 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         scenarios = [_rebuild({**base.raw, "strategy": {
             "name": name, **_shared_options(base.strategy_options, name), **opts}}, base.source,
             opts) for name, opts in listed]
-        _one_run_each([(name + "".join(f":{k}={v}" for k, v in opts.items()), scenario)
+        _one_run_each([(name + "".join(f":{k}={v}" for k, v in opts.items()),
+                        worst_draw(scenario)[0])  # what each search runs (SpaCO: its worst draw)
                        for (name, opts), scenario in zip(listed, scenarios)], args.strategies)
     mode = "workload" if args.workload else "sequence"
     started = time.perf_counter()

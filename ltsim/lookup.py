@@ -287,7 +287,7 @@ class GemmLookup:
         nc = _clamp_note(notes, "gemm", "n", n, n_lo, n_hi)
         kc = _clamp_note(notes, "gemm", "k", k, k_lo, k_hi)
         log_t = math.log(nc) + math.log(kc)
-        lm = math.log(m) if m > 0 else 0.0  # read only inside a curve's range, where m > 0
+        lm = math.log(m) if m > 0 else math.nan  # read only inside a curve's range, where m > 0
         for w, lnk, curve in self._blend(dtype, math.log(nc), math.log(kc)):
             # MonotoneCurve.__call__, inline (a blend reads up to dozens of curves per lookup)
             if m > curve.x_max:

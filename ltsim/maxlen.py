@@ -219,6 +219,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                           "memory limit, so no length is the longest)", None,
                           "set hardware.memory_limit_gib, or bound the search with --max-length",
                           source=scenario.source)
+    options = dict(scenario.strategy_options)  # as given: the note names what the search used
     scenario, note = worst_draw(scenario)
     points = {} if points is None else points
 
@@ -249,7 +250,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         else:
             hi = mid
     failing = points.get(hi)
-    return MaxLength(strategy=scenario.strategy, options=dict(scenario.strategy_options), step=step,
+    return MaxLength(strategy=scenario.strategy, options=options, step=step,
                      max_length=lo, at=points.get(lo), failing=failing,
                      points=tuple(points[k] for k in sorted(points)),
                      memory_limit_bytes=cost.memory_limit_bytes,

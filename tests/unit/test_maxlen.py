@@ -164,7 +164,8 @@ def test_spaco_is_searched_with_its_worst_draw(quickstart):
     scenario = build_scenario({**quickstart.with_overrides(SINGLE_GPU).raw, "strategy": {
         "name": "spaco", "chunk_size": 4096, "budget": 2}})
     answer = find_max_length(scenario, step=4096)
-    assert answer.options["sampling"] == "worst" and "worst draw" in answer.note
+    assert "sampling" not in answer.options  # the options given; the note says what ran
+    assert 'strategy.sampling = "worst"' in answer.note and "worst draw" in answer.note
     assert answer.to_dict()["note"] == answer.note
     cost = make_cost_model(scenario)
     for seed in range(4):
@@ -174,3 +175,10 @@ def test_spaco_is_searched_with_its_worst_draw(quickstart):
     same = build_scenario({**scenario.raw, "strategy": {**scenario.raw["strategy"],
                                                         "sampling": "worst"}})
     assert find_max_length(same, step=4096).note == ""  # already its own: nothing to say
+
+
+def test_two_strategies_that_search_alike_are_refused(capsys):
+    # SpaCO is searched with its worst draw, so spaco and spaco:sampling=worst are one search
+    code = main(["maxlen", str(QUICKSTART), "--strategies", "spaco,spaco:sampling=worst"])
+    err = capsys.readouterr().err
+    assert code == 2 and "remove spaco:sampling=worst: it runs exactly as spaco" in err

@@ -4,6 +4,7 @@ the selection and its compensation factors, the memory each keeps (table costs),
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 
@@ -16,6 +17,7 @@ from ltsim.parallel import ParallelConfig
 from ltsim.sim.engine import Engine
 from ltsim.strategies import get_strategy
 from ltsim.strategies.base import PlanContext
+from ltsim.strategies import spaco
 from ltsim.strategies.spaco import maxlen_options
 from tests.conftest import unit_ctx, unit_engine
 
@@ -140,24 +142,32 @@ def test_seco_keeps_kv_of_the_whole_sequence_but_one_chunk_of_activations():
 
 def test_spaco_worst_draw_peaks_above_every_random_draw():
     """What ltsim maxlen searches SpaCO with (spaco.maxlen_options). Fixed sampling: the t latest
-    chunks. The latest chunk back-propagated gives every earlier one its K/V gradients, held to
-    that chunk's own turn, so no draw of t holds more at any backward: its peak is at least every
-    seeded draw's (table costs; lengths that end in a partial chunk, whose activations are the
-    smaller). Bernoulli sampling: every chunk."""
+    chunks, at least two. The latest chunk back-propagated gives every earlier one its K/V
+    gradients, held to that chunk's own turn, so no draw of t holds more at any backward: its peak
+    is at least every draw's (table costs; lengths that end in a partial chunk, whose activations
+    are the smaller: with t = 1 the draw of the chunk before it can peak higher, which a review
+    found, so the bound takes both). Bernoulli sampling: every chunk."""
     model = get_model("llama-3.1-8b")
     cost = TableCostModel(model, ClusterSpec(device=get_device("h100-sxm5-80gb"), gpus_per_node=1))
     ctx = PlanContext(model=model, parallel=ParallelConfig(), cost=cost)
     strategy = get_strategy("spaco")
-    for length in (16384, 16384 + 300):
+    for length, budget in ((16384, 3), (16384 + 300, 3), (16384 + 1, 1), (16384, 1)):
         def peak(**options):
-            plan = strategy.plan((length,), ctx, strategy.parse({"chunk_size": 1024, "budget": 3,
-                                                                 **options}))
+            plan = strategy.plan((length,), ctx, strategy.parse({"chunk_size": 1024,
+                                                                 "budget": budget, **options}))
             return plan, Engine(cost).run(plan).peak_memory_bytes()[0]
 
         worst_plan, worst = peak(**maxlen_options(strategy.parse({})))
         ids = sorted(c.index for c in worst_plan.chunks)
-        assert sorted(worst_plan.grad_chunks) == ids[-3:]
-        draws = [peak(seed=seed)[1] for seed in range(8)]
+        assert sorted(worst_plan.grad_chunks) == ids[-max(budget, 2):]
+        if budget == 1:  # every draw there is: each chunk alone
+            draws = []
+            for position in range(len(ids)):
+                with mock.patch.object(spaco, "select", lambda chunks, seq, options, p=position:
+                                       [chunks[p]]):
+                    draws.append(peak()[1])
+        else:
+            draws = [peak(seed=seed)[1] for seed in range(8)]
         assert worst >= max(draws)
         assert worst > min(draws)  # the draw matters: the search must not take a lucky one
         # Bernoulli draws any subset (more than t chunks too): its worst is every chunk
