@@ -94,9 +94,10 @@ def maxlen_options(options: Options) -> dict:
     """What ``ltsim maxlen`` searches with: a draw whose peak bounds every draw's. Fixed sampling
     draws t chunks, bounded by the t latest (``"worst"``, at least two); Bernoulli sampling may
     draw any subset, every chunk too (SeCO's backward, with SpaCO's forward)."""
+    worst = {"sampling": "worst", "seed": 0}  # a draw the seed does not change
     if options.sampling == "bernoulli":
-        return {"sampling": "worst", "budget": EVERY_CHUNK}
-    return {"sampling": "worst"}
+        return {**worst, "budget": EVERY_CHUNK}
+    return worst
 
 
 def factor(k: int, options: Options) -> float:

@@ -179,6 +179,7 @@ def test_spaco_is_searched_with_its_worst_draw(quickstart):
 
 def test_two_strategies_that_search_alike_are_refused(capsys):
     # SpaCO is searched with its worst draw, so spaco and spaco:sampling=worst are one search
-    code = main(["maxlen", str(QUICKSTART), "--strategies", "spaco,spaco:sampling=worst"])
-    err = capsys.readouterr().err
-    assert code == 2 and "remove spaco:sampling=worst: it runs exactly as spaco" in err
+    for other in ("spaco:sampling=worst", "spaco:seed=3"):
+        code = main(["maxlen", str(QUICKSTART), "--strategies", f"spaco,{other}"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"remove {other}: it runs exactly as spaco" in err
