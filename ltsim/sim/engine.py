@@ -393,7 +393,8 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
 
     def ride(i: int) -> None:
         """The rider ops of op ``i``, just computed: each after its own stream's previous op and
-        ``i`` (the last of its dependencies, all in ``i``'s program and so known)."""
+        ``i`` (the last of its dependencies, all in ``i``'s program and so known). Records an
+        op as ``run_program`` does, written out again there: that loop runs once per op."""
         for q, j in riders[i]:
             dur, alloc, host_alloc, free, host_free, deps, _, _ = steps[j]
             clock = rider_clock[q]
@@ -502,10 +503,8 @@ def _riders(compiled: Compiled, only: set[int] | None) -> dict[int, list[tuple[i
             if start_deps or coll is not None or not deps:
                 break
             trigger = max(deps) if len(deps) > 1 else deps[0]
-            if host < 0:
+            if host < 0:  # the last program starting at or before it (never an empty one)
                 host = bisect_right(starts, trigger) - 1
-                while programs[host][2] == programs[host][3]:  # empty programs share a start
-                    host += 1
                 low, high = programs[host][2], programs[host][3]
             if not low <= trigger < high or trigger < last or (len(deps) > 1 and min(deps) < low):
                 break

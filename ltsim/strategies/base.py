@@ -53,12 +53,20 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
     check = getattr(options, "validate", None)
     if check is not None:
         check()
-    for key, (other, needed) in getattr(options_type, "ONLY_WITH", {}).items():
-        if key in raw and getattr(options, other) != needed:  # read nowhere: silently ignored
-            setting = f"strategy.{other} = {_toml(needed)}"
-            raise ConfigError(f"strategy.{key}", f"given only with {setting} (unused otherwise)",
-                              raw[key], f"drop strategy.{key}, or set {setting}")
+    for key, other, needed in _unused(options_type, "ONLY_WITH", raw, options):
+        setting = f"strategy.{other} = {_toml(needed)}"  # read nowhere: silently ignored
+        raise ConfigError(f"strategy.{key}", f"given only with {setting} (unused otherwise)",
+                          raw[key], f"drop strategy.{key}, or set {setting}")
     return options
+
+
+def _unused(options_type: type, table: str, raw: dict[str, Any], options: Any):
+    """(key, other option, value) for each key of ``raw`` that the options type's ``table``
+    (option -> (other option, value)) says is read only when the other option has that value,
+    and ``options`` has another."""
+    for key, (other, needed) in getattr(options_type, table, {}).items():
+        if key in raw and getattr(options, other) != needed:
+            yield key, other, needed
 
 
 def ignored_options(options_type: type, raw: dict[str, Any], options: Any) -> list[str]:
@@ -66,12 +74,9 @@ def ignored_options(options_type: type, raw: dict[str, Any], options: Any) -> li
     says are read only when another option has some value, given without it: unused, but kept
     legal (a bundled file sets them for its own choice, and a ``--set`` of the other option should
     not make it fail)."""
-    out = []
-    for key, (other, needed) in getattr(options_type, "IGNORED_UNLESS", {}).items():
-        if key in raw and getattr(options, other) != needed:
-            out.append(f"strategy.{key} = {_toml(raw[key])} is not used: it is read only with "
-                       f"strategy.{other} = {_toml(needed)}")
-    return out
+    return [f"strategy.{key} = {_toml(raw[key])} is not used: it is read only with "
+            f"strategy.{other} = {_toml(needed)}"
+            for key, other, needed in _unused(options_type, "IGNORED_UNLESS", raw, options)]
 
 
 def _toml(value: Any) -> str:

@@ -71,8 +71,15 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
         plain: dict = {}  # and one Work per distinct value a non-activation buffer holds
         resolved: dict = {}  # an action's allocs or frees on a work: resolved once
 
-        # an action's allocs or frees, resolved, by identity: the schedule, alive throughout,
-        # holds every effects tuple (strategies share one tuple among many actions)
+        def effects_of(mems, action: Action, work: Work) -> tuple:
+            # by identity: the schedule, alive throughout, holds every effects tuple (strategies
+            # share one tuple among many actions)
+            rkey = (id(mems), id(work), action.keep)
+            out = resolved.get(rkey)
+            if out is None:
+                out = resolved[rkey] = _resolve(mems, action, work, device, chunks, effects, plain)
+            return out
+
         for action in schedule.orders.get(device.index, ()):
             (kind, chunk, keep, mems_in, mems_out, deps, layers, slices, split_, head, name,
              tiling) = action
@@ -80,19 +87,8 @@ def compute_ops(schedule: Schedule, layout: Layout) -> Draft:
             work = works.get(wkey)
             if work is None:
                 work = works[wkey] = _work(action, chunks[chunk].slices, chunk, device, split)
-            allocs = frees = ()
-            if mems_in:
-                rkey = (id(mems_in), id(work), keep)
-                allocs = resolved.get(rkey)
-                if allocs is None:
-                    allocs = resolved[rkey] = _resolve(mems_in, action, work, device, chunks,
-                                                       effects, plain)
-            if mems_out:
-                rkey = (id(mems_out), id(work), keep)
-                frees = resolved.get(rkey)
-                if frees is None:
-                    frees = resolved[rkey] = _resolve(mems_out, action, work, device, chunks,
-                                                      effects, plain)
+            allocs = effects_of(mems_in, action, work) if mems_in else ()
+            frees = effects_of(mems_out, action, work) if mems_out else ()
             ops.append(make_op(kind, index, stage, chunk, name, "compute", work, keep, "", None,
                                deps, (), allocs, frees, ()))
         programs[(device.index, "compute")] = tuple(ops)
