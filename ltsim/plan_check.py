@@ -72,6 +72,9 @@ def _check_mirrors(plan: Plan):
     chunks = {c.index: c for c in plan.chunks}
     lengths = plan.seq_lengths
     layouts: dict[int, list] = {}  # a source chunk's, computed once for all its copies
+    replica_devices: dict[int, set] = {}
+    for device in plan.devices:
+        replica_devices.setdefault(device.replica, set()).add(device.index)
 
     def layout(chunk: int) -> list:
         return [(x.start, x.stop, lengths[x.seq]) for x in chunks[chunk].slices]
@@ -83,8 +86,7 @@ def _check_mirrors(plan: Plan):
             a, b = plan.devices[src], plan.devices[dst]
             if dst in live or a.stage != b.stage or (a.replica, b.replica) != pair:
                 return f"{where}: device {dst} cannot repeat device {src}", None
-        unpaired = ({d.index for d in plan.devices if d.replica == mirror.replica}
-                    - {dst for _, dst in mirror.devices})
+        unpaired = replica_devices.get(mirror.replica, set()) - {dst for _, dst in mirror.devices}
         if unpaired:
             return f"{where}: device {min(unpaired)} repeats no device", None
         for src, dst in mirror.chunks:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ltsim.errors import ConfigError
@@ -150,6 +151,9 @@ def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int]
     return tuple(out)
 
 
+_SLICES, _INDEX = attrgetter("slices"), attrgetter("index")  # of a Chunk
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Lockstep devices of a parallel grid: device = (dp replica, pp stage), its tp x cp GPUs
@@ -211,16 +215,19 @@ class Layout:
         width = par.tp * par.cp
         for replica, chunks in enumerate(replicas):
             first = chunks[0].slices[0].seq if chunks and chunks[0].slices else 0
-            signature = tuple([tuple([(s.seq - first, s.start, s.stop, seq_lengths[s.seq])
-                                      for s in chunk.slices]) for chunk in chunks])
-            source = sources.setdefault(signature, replica)
+            flat: list[int] = []  # per chunk its slice count, then (seq - first, start, stop,
+            for slices in map(_SLICES, chunks):  # length) per slice: one flat tuple, cheaper
+                flat.append(len(slices))  # to build and hash than a tuple per slice
+                for seq, start, stop in slices:
+                    flat += (seq - first, start, stop, seq_lengths[seq])
+            source = sources.setdefault(tuple(flat), replica)
             if source == replica:
                 continue
             stages = range(par.pp)
             out.append(Mirror(
                 replica=replica, source=source,
                 devices=tuple((self.device(source, st), self.device(replica, st)) for st in stages),
-                chunks=tuple((a.index, b.index) for a, b in zip(replicas[source], chunks)),
+                chunks=tuple(zip(map(_INDEX, replicas[source]), map(_INDEX, chunks))),
                 gpus=tuple((self.first_gpu(source, st), self.first_gpu(source, st) + width - 1)
                            for st in stages),
                 gpu_shift=width * (replica - source)))
