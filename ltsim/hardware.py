@@ -41,6 +41,8 @@ class ClusterSpec:
     profile: str = ""  # overrides device.profile when set
     attention_kernel: str = ""  # the profile's attention kernel to use ("" its default): e.g.
     # "torch_sdpa" (ltsim's executor), "fa2", "fa3"; each kernel is its own rows in attention.csv
+    loss_kernel: str = "torch"  # the cross entropy's kernel, memory.LOSS_KERNELS: "torch" (ltsim's
+    # executor, fp32 logits) or "fused" (flash-attn's, model-dtype logits)
 
     @property
     def num_devices(self) -> int:

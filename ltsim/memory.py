@@ -33,6 +33,12 @@ FP32_BYTES = 4
 TOKEN_ID_BYTES = 8  # int64 input ids (Megatron-LM theoretical_memory_usage: "8 * s * b")
 DROPOUT_MASK_BYTES = 1  # one byte per element (Korthikanti et al. 2022, section 4.1)
 LOSS_TILE_BYTES = GiB  # ALST's TiledFusedLogitsLoss: ceil(b s V 4 B / 1 GiB) shards (PAPERS.md 6.1)
+#: The cross-entropy kernels a scenario names (hardware.loss_kernel): "torch", PyTorch's
+#: cross_entropy on the logits cast to fp32 (ltsim's executor; Megatron-LM's vocab-parallel cross
+#: entropy also works on fp32 logits), and "fused", flash-attn's CrossEntropyLoss (its xentropy
+#: kernel; llm-foundry's default loss_fn for MPT), which reads the model-dtype logits and keeps
+#: them, not an fp32 copy (``logits_bytes_per_token``, ``loss_working_bytes_per_token``).
+LOSS_KERNELS = ("torch", "fused")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,13 +322,14 @@ def tiled_mlp_working_bytes(model: ModelSpec, parallel: ParallelConfig, *, token
 
 
 def tiled_loss_working_bytes(model: ModelSpec, parallel: ParallelConfig, *, tokens: int,
-                             backward: bool) -> float:
-    """Transient bytes of a tiled logits+loss on one GPU: one shard's fp32 logits plus the loss's
-    working set on them (``loss_working_bytes_per_token``); backward re-runs the shard's forward."""
+                             backward: bool, loss_kernel: str = "torch") -> float:
+    """Transient bytes of a tiled logits+loss on one GPU: one shard's logits as the loss kernel
+    keeps them (fp32, or the model dtype with ``"fused"``) plus the loss's working set on them
+    (``loss_working_bytes_per_token``); backward re-runs the shard's forward."""
     tile = loss_tile_tokens(model, parallel, math.ceil(tokens / parallel.cp))
-    per_token = (FP32_BYTES * model.vocab_size / parallel.tp
+    per_token = (_kept_logits_bytes(model, loss_kernel) * model.vocab_size / parallel.tp
                  + loss_working_bytes_per_token(model, ParallelConfig(tp=parallel.tp),
-                                                backward=backward))
+                                                backward=backward, loss_kernel=loss_kernel))
     return tile * per_token
 
 
@@ -375,29 +382,48 @@ def embedding_bytes_per_token(model: ModelSpec, parallel: ParallelConfig) -> flo
 
 
 def logits_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
-                           tiled: bool = False) -> float:
+                           tiled: bool = False, loss_kernel: str = "torch") -> float:
     """Last stage: final-norm input and LM-head input (e*h each, SP-sharded), fp32 logits kept for
     the cross-entropy backward (4 * vocab / tp: Megatron's vocab-parallel cross entropy saves the
     fp32 softmax) and the fp32 per-token loss. Megatron-LM theoretical_memory_usage.py counts
     "Inputs to output layer and CE loss" as 4sbh(1 + V/h) / t, the same bytes less the loss.
     ``tiled`` (ALST's tiled logits+loss): the logits are recomputed shard by shard in backward,
-    so only the inputs and the loss are kept.
+    so only the inputs and the loss are kept. ``loss_kernel`` "fused" (flash-attn's
+    CrossEntropyLoss, flash_attn/losses/cross_entropy.py at v1.0.3): the kernel saves its input,
+    the model-dtype logits (e * vocab / tp), and the fp32 log-sum-exp of each token beside the loss.
     """
     e, h = dtype_bytes(model.dtype), model.hidden_size
     inputs = 2 * e * h / _sp_divisor(parallel)
-    logits = 0.0 if tiled else FP32_BYTES * model.vocab_size / parallel.tp
-    return (inputs + logits + FP32_BYTES) / parallel.cp
+    logits = (0.0 if tiled else
+              _kept_logits_bytes(model, loss_kernel) * model.vocab_size / parallel.tp)
+    per_token = FP32_BYTES * (2 if loss_kernel == "fused" else 1)  # the loss (and the LSE)
+    return (inputs + logits + per_token) / parallel.cp
+
+
+def _kept_logits_bytes(model: ModelSpec, loss_kernel: str) -> int:
+    """Bytes per vocabulary entry of the logits the loss keeps for its backward: fp32 (torch's
+    log-softmax output), or the model dtype (the fused kernel's saved input)."""
+    return dtype_bytes(model.dtype) if loss_kernel == "fused" else FP32_BYTES
 
 
 def loss_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
-                                 backward: bool) -> float:
+                                 backward: bool, loss_kernel: str = "torch") -> float:
     """Transient bytes per token while the LM head's loss runs, beyond what ``logits_bytes_per_token``
     keeps (the fp32 log-softmax output). Counted from the code path of ltsim/executor/model.py
     (logits = head(norm(x)); logits.float(); F.cross_entropy) and torch's log_softmax / nll_loss:
     forward holds the fp32 logits beside their log-softmax (4 B per vocab entry; the model-dtype
     logits, 2 B, are freed when the cast returns and never coexist with both); backward holds the
     gradient of the log-softmax output and the gradient of its input, both fp32 (8 B). So the loss
-    peaks at 12 B per token per vocab entry (/tp), the executor's measured peak (issue 14)."""
+    peaks at 12 B per token per vocab entry (/tp), the executor's measured peak (issue 14).
+
+    ``loss_kernel`` "fused" (flash-attn's CrossEntropyLoss): its forward writes only the per-token
+    loss and log-sum-exp, never a per-entry tensor; its backward returns the logits' gradient in
+    their dtype, a new tensor (llm-foundry makes the loss without ``inplace_backward``) beside the
+    saved logits: e B per entry in backward, nothing in forward (2e at the peak with what
+    ``logits_bytes_per_token`` keeps: 4 B in bf16, against 12)."""
+    if loss_kernel == "fused":
+        per_vocab = dtype_bytes(model.dtype) if backward else 0
+        return per_vocab * model.vocab_size / parallel.tp / parallel.cp
     per_vocab = 2 * FP32_BYTES if backward else FP32_BYTES
     return per_vocab * model.vocab_size / parallel.tp / parallel.cp
 

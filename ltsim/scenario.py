@@ -15,7 +15,7 @@ from typing import Any
 from ltsim.errors import ConfigError, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
-from ltsim.memory import ALLOCATOR_OVERHEAD
+from ltsim.memory import ALLOCATOR_OVERHEAD, LOSS_KERNELS
 from ltsim.model import ModelSpec, get_model
 from ltsim.parallel import ParallelConfig
 from ltsim.units import MAX_NUMBER, GiB
@@ -37,7 +37,7 @@ SCHEMA: dict[str, dict[str, str]] = {
               "arch": _STR, "dtype": _STR, "tied_embeddings": _BOOL, "qkv_bias": _BOOL,
               "lora_rank": _INT},
     "hardware": {"preset": _STR, "num_nodes": _INT, "gpus_per_node": _INT, "profile": _STR,
-                 "attention_kernel": _STR,
+                 "attention_kernel": _STR, "loss_kernel": _STR,
                  "memory_limit_gib": _NUM},
     "parallel": {"tp": _INT, "cp": _INT, "cp_kind": _STR, "pp": _INT, "dp": _INT,
                  "zero_stage": _INT, "recompute": _STR, "sequence_parallel": _BOOL,
@@ -430,22 +430,28 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
         raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "
                           f"({ALLOCATOR_OVERHEAD.fixed_bytes / GiB:g} GiB: CUDA context and NCCL "
                           "buffers)", limit, "give the device's whole memory in GiB")
-    for key, what in (("profile", "a profile's name or path"),
-                      ("attention_kernel", "an attention kernel's name")):
+    for key, what, default in (("profile", "a profile's name or path", "the preset's default"),
+                               ("attention_kernel", "an attention kernel's name",
+                                "the preset's default"),
+                               ("loss_kernel", f"one of {', '.join(LOSS_KERNELS)}", "torch")):
         if section.get(key) == "":
-            raise ConfigError(f"hardware.{key}", what, "",
-                              f"omit hardware.{key} for the preset's default")
+            raise ConfigError(f"hardware.{key}", what, "", f"omit hardware.{key} for {default}")
         if key in section and device.is_unit:
             raise ConfigError(f"hardware.{key}", "absent with the unit preset (it prices in units "
                               "of work, from no profile)", section[key],
                               f"remove hardware.{key}, or choose a device preset")
     if section.get("profile"):
         _check_profile(section["profile"])
+    if section.get("loss_kernel", "torch") not in LOSS_KERNELS:
+        raise ConfigError("hardware.loss_kernel", f"one of {', '.join(LOSS_KERNELS)} (PyTorch's "
+                          "cross entropy on fp32 logits, or flash-attn's fused one)",
+                          section["loss_kernel"], "omit it for torch, or write \"fused\"")
     return ClusterSpec(device=device, num_nodes=section.get("num_nodes", 1),
                        gpus_per_node=section.get("gpus_per_node", 8),
                        memory_limit_bytes=int(limit * GiB) if limit is not None else None,
                        profile=section.get("profile", ""),
-                       attention_kernel=section.get("attention_kernel", ""))
+                       attention_kernel=section.get("attention_kernel", ""),
+                       loss_kernel=section.get("loss_kernel", "torch"))
 
 
 def _check_profile(name: str) -> None:

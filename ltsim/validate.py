@@ -125,10 +125,15 @@ def bare_cost_model(scenario: "Scenario"):
 
 
 def require_real_device(scenario: "Scenario") -> None:
-    """Raise ConfigError for the unit preset: there is nothing to measure it against."""
+    """Raise ConfigError for the unit preset (there is nothing to measure it against) and for a
+    loss kernel the executor does not run (it runs torch's cross entropy: executor/model.py)."""
     if scenario.cluster.device.is_unit:
         raise ConfigError("hardware.preset", "a real device (not 'unit') to validate against",
                           "unit", "use hardware.preset = \"cpu\" on this machine")
+    if scenario.cluster.loss_kernel != "torch":
+        raise ConfigError("hardware.loss_kernel", "torch to validate (the executor runs PyTorch's "
+                          "cross entropy)", scenario.cluster.loss_kernel,
+                          "remove hardware.loss_kernel, or --set hardware.loss_kernel=torch")
 
 
 def same_kind_of_device(scenario: "Scenario", profile: Path, given: str) -> str:

@@ -31,12 +31,13 @@ class BufferCosts:
     runs SDPA with a boolean mask (profiles.SDPA_BOOL_MASK_KERNEL), which torch turns into an
     additive bias of the query dtype, q x kv elements broadcast over the heads, that the
     attention backward keeps (its saved ``attn_bias``): model-dtype bytes per query and key, per
-    layer, beside the layer's activations."""
+    layer, beside the layer's activations. ``loss_kernel``: the cross entropy's kernel
+    (memory.LOSS_KERNELS), which sets what the LM head's loss keeps and holds."""
 
     def __init__(self, model: ModelSpec, *, sdpa_output_copy: bool = False,
-                 context_mask_bias: bool = False) -> None:
+                 context_mask_bias: bool = False, loss_kernel: str = "torch") -> None:
         self.model, self.sdpa_output_copy = model, sdpa_output_copy
-        self.context_mask_bias = context_mask_bias
+        self.context_mask_bias, self.loss_kernel = context_mask_bias, loss_kernel
         self.e = dtype_bytes(model.dtype)
         self.per_token = lru_cache(maxsize=4096)(self._per_token)
 
@@ -71,7 +72,8 @@ class BufferCosts:
             if embed:
                 value += mem.embedding_bytes_per_token(m, par)
             if head:
-                value += mem.logits_bytes_per_token(m, par, tiled=tiling.loss)
+                value += mem.logits_bytes_per_token(m, par, tiled=tiling.loss,
+                                                    loss_kernel=self.loss_kernel)
             return value
         if kind == "ckpt":
             return mem.activation_bytes_per_token(m, par, num_layers=layers, recompute="full")
@@ -99,9 +101,11 @@ class BufferCosts:
         if backward and work.num_layers:
             mlp += tokens * mem.backward_working_bytes_per_token(self.model, par)
         if work.head and tiling.loss:
-            loss = mem.tiled_loss_working_bytes(self.model, par, tokens=tokens, backward=backward)
+            loss = mem.tiled_loss_working_bytes(self.model, par, tokens=tokens, backward=backward,
+                                                loss_kernel=self.loss_kernel)
         elif work.head:
-            loss = tokens * mem.loss_working_bytes_per_token(self.model, par, backward=backward)
+            loss = tokens * mem.loss_working_bytes_per_token(self.model, par, backward=backward,
+                                                             loss_kernel=self.loss_kernel)
         return int(max(mlp, loss))
 
     def static_bytes(self, device: Device) -> mem.StaticMemory:

@@ -304,12 +304,18 @@ class ComputeCosts:
         shards = -(-tokens // tile)
         gemm, dgrad, wgrad = (shards * t for t in self._gemm_passes(tile, m.vocab_size / tp,
                                                                     m.hidden_size))
-        logits = tokens * m.vocab_size / tp * FP32_BYTES * 3 / self.cluster.device.hbm_bytes_per_s
+        entries, hbm = tokens * m.vocab_size / tp, self.cluster.device.hbm_bytes_per_s
+        if self.cluster.loss_kernel == "fused":  # reads the model-dtype logits, and in backward
+            logits = entries * self.e * (2 if backward else 1) / hbm  # writes their gradient
+            rerun = entries * self.e / hbm  # (memory.LOSS_KERNELS)
+        else:  # fp32 logits, read and written three times a pass
+            logits = entries * FP32_BYTES * 3 / hbm
+            rerun = logits / 3
         if self.model.lora_rank > 0:  # the LM head is frozen under LoRA: input gradient only
             wgrad = 0.0
         total = (dgrad + wgrad if backward else gemm) + logits
         if tiled and backward:  # each shard's logits are computed again before their gradient
-            total += gemm + logits / 3
+            total += gemm + rerun
         return total
 
 

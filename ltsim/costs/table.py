@@ -81,7 +81,8 @@ class TableCostModel:
         # boolean mask, the mask's bias too
         kernel = self.profile.attention_kernel
         self._buffers = BufferCosts(model, sdpa_output_copy=kernel in SDPA_KERNELS,
-                                    context_mask_bias=kernel == SDPA_BOOL_MASK_KERNEL)
+                                    context_mask_bias=kernel == SDPA_BOOL_MASK_KERNEL,
+                                    loss_kernel=cluster.loss_kernel)
         self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
         self._compute = ComputeCosts(model, cluster, self.profile,
                                      accumulate_grads=grad_dtype == "model")

@@ -340,6 +340,9 @@ def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
     assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
                      "--set", "hardware.preset=unit"]) == 2
     assert "must be a real device" in capsys.readouterr().err
+    assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
+                     "--set", "hardware.loss_kernel=fused"]) == 2  # the executor runs torch's
+    assert "hardware.loss_kernel' must be torch to validate" in capsys.readouterr().err
 
 
 def test_validate_warns_of_a_profile_of_another_cpu_model(repo, tmp_path):

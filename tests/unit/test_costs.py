@@ -74,12 +74,17 @@ def test_buffers_scale_with_tokens_and_kv_is_smaller_than_activations():
             <= cost.buffer_bytes(Buffer("act", big, Keep.ALL)))
 
 
+def _by_kernel(spec, field: str, kernels: tuple[str, ...], gpus: int = 8) -> dict:
+    """A cost model of ``spec`` on H100s for each value of the ClusterSpec ``field``."""
+    return {kernel: TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"),
+                                                     gpus_per_node=gpus, **{field: kernel}))
+            for kernel in kernels}
+
+
 def test_the_sdpa_kernel_keeps_the_attention_output_twice_and_flash_once():
     # the executor's SDPA path concatenates the slices' outputs; fa2's varlen call does not
     spec = get_model("llama-2-7b")
-    costs = {kernel: TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"),
-                                                      gpus_per_node=8, attention_kernel=kernel))
-             for kernel in ("torch_sdpa", "fa2")}
+    costs = _by_kernel(spec, "attention_kernel", ("torch_sdpa", "fa2"))
     work = _work(1000, Split(tp=2), layers=(0, 4))
     copy = 4 * 1000 * 2 * spec.num_attention_heads * spec.head_dim / 2  # layers, tokens, bf16, tp
     for keep in (Keep.ALL, Keep.SELECTIVE):
@@ -94,9 +99,7 @@ def test_the_boolean_mask_kernel_prices_context_slices_apart_and_keeps_their_mas
     # context, the boolean-mask rows measured on 2026-11-22 and a model-dtype bias of q x kv per
     # layer kept for the backward
     spec = get_model("llama-2-7b")
-    costs = {kernel: TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"),
-                                                      gpus_per_node=1, attention_kernel=kernel))
-             for kernel in ("torch_sdpa", "torch_sdpa_boolmask")}
+    costs = _by_kernel(spec, "attention_kernel", ("torch_sdpa", "torch_sdpa_boolmask"), gpus=1)
     plain, masked = costs["torch_sdpa"], costs["torch_sdpa_boolmask"]
     whole, later = _work(4096, Split()), _work(4096, Split(), context=12288)
     for kind in (OpKind.F, OpKind.B):
@@ -209,3 +212,31 @@ def test_the_ring_exchange_moves_the_kv_heads_a_rank_holds():
                                                 gpus=(0, 1), steps=1))
         assert calls == 1
         assert nbytes == 8192 / 2 * 2 * heads * m.head_dim * 2  # T/cp tokens, K and V, bf16
+
+
+def test_the_fused_loss_keeps_model_dtype_logits_and_writes_one_gradient():
+    # flash-attn's CrossEntropyLoss (v1.0.3, llm-foundry's MPT default) saves its bf16 input
+    # logits and the fp32 log-sum-exp, and returns the logits' gradient in bf16: 2 + 2 B per
+    # entry at the backward's peak, against torch's 4 kept + 8 transient
+    spec = get_model("llama-2-7b")
+    costs = _by_kernel(spec, "loss_kernel", ("torch", "fused"))
+    torch_loss, fused = costs["torch"], costs["fused"]
+    tokens, tp, vocab = 1000, 2, spec.vocab_size
+    head = _work(tokens, Split(tp=tp), layers=(30, 32), head=True)
+    entries = tokens * vocab / tp
+    kept = (torch_loss.buffer_bytes(Buffer("act", head))
+            - fused.buffer_bytes(Buffer("act", head)))
+    assert kept == pytest.approx(entries * (4 - 2) - tokens * 4, abs=1)  # fp32 logits, LSE
+    assert fused.working_bytes(OpKind.F, head) == torch_loss.working_bytes(
+        OpKind.F, _work(tokens, Split(tp=tp), layers=(30, 32)))  # only the layers' working set
+    assert fused.working_bytes(OpKind.B, head) == int(entries * 2)
+    assert torch_loss.working_bytes(OpKind.B, head) == int(entries * 8)
+    # time: the loss reads 2 B per logit in forward, reads and writes 2 + 2 in backward, against
+    # 12 B a pass on fp32 (enough tokens that the kernels, not the eager floor, set the time)
+    hbm, tokens = get_device("h100-sxm5-80gb").hbm_bytes_per_s, 32768
+    head = _work(tokens, Split(tp=tp), layers=(30, 32), head=True)
+    for kind, moved in ((OpKind.F, 2), (OpKind.B, 4)):
+        saved = torch_loss.compute_s(kind, head) - fused.compute_s(kind, head)
+        assert saved == pytest.approx(tokens * vocab / tp * (12 - moved) / hbm, rel=1e-6)
+    body = _work(tokens, Split(tp=tp), layers=(30, 32))  # no head: the kernels are alike
+    assert fused.compute_s(OpKind.B, body) == torch_loss.compute_s(OpKind.B, body)

@@ -98,6 +98,13 @@ def test_override_uses_toml_syntax(tmp_path):
     (BASE.replace('name = "t"', 'name = "a\\nb"'), r"@ name must be printable text on one line"),
     (BASE.replace('name = "t"', 'name = "t"\ndescription = "x\\u0000"'),
      r"@ description must be printable text on one line"),
+    (BASE.replace('preset = "unit"', 'preset = "h100-sxm5-80gb"\nloss_kernel = "flash"'),
+     r"hardware\.loss_kernel must be one of torch, fused .* \(got 'flash'\)\. Fix: omit it"),
+    (BASE.replace('preset = "unit"', 'preset = "h100-sxm5-80gb"\nloss_kernel = ""'),
+     r"hardware\.loss_kernel must be one of torch, fused \(got ''\)\. Fix: omit "
+     r"hardware\.loss_kernel for torch"),
+    (BASE.replace('preset = "unit"', 'preset = "unit"\nloss_kernel = "fused"'),
+     r"hardware\.loss_kernel must be absent with the unit preset"),
 ])
 def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     path = _write(tmp_path, text)
