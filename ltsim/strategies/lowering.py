@@ -349,20 +349,25 @@ def add_dp_reduction(draft: Draft) -> Draft:
         grads = Comm("reduce_scatter" if device.zero_stage >= 1 else "all_reduce",
                      "grads" if device.grad_dtype == "fp32" else "model_grads", params,
                      group_size=device.num_shards, gpus=gpus)
-        if device.zero_stage >= 2 and device.num_shards > 1 and single_stage:
+        reduces: list[Op] = []
+        sharded = device.zero_stage >= 2 and device.num_shards > 1
+        if sharded and single_stage:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
             reduces = _per_step_reduction(device, compute, chunks_of.get(device.replica, []), count,
                                           grads, group)
-            coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []),
-                                     draft.ops(device.index, "cp"))
-        elif device.zero_stage >= 2 and device.num_shards > 1:  # sharded gradients in a pipeline
+            if reduces:
+                coll = _merge_by_trigger(coll, reduces, compute, chunks_of.get(device.replica, []),
+                                         draft.ops(device.index, "cp"))
+        elif sharded:  # sharded gradients in a pipeline
             spans = _backward_spans(compute)
             count = max(len(_backward_spans(draft.ops(d))) for d in group
                         if (d, "compute") in draft.programs)  # a mirror counts as its source
             reduces = _per_backward_reduction(device, compute, spans, count, grads, group)
-            coll = _merge_by_trigger(coll, reduces, compute, [chunk for _, _, chunk in spans],
-                                     draft.ops(device.index, "cp"))
-        else:
+            if reduces:
+                coll = _merge_by_trigger(coll, reduces, compute, [chunk for _, _, chunk in spans],
+                                         draft.ops(device.index, "cp"))
+        if not reduces:  # unsharded, or no micro-step or backward in the whole group (SpaCO's
+            # Bernoulli draw can pick no chunk): one reduction at the step's end, as every member
             reduces = [_step_end_reduction(device, compute, grads, group)]
             coll += reduces
         step = Op(kind=OpKind.OPT, device=device.index, stage=device.stage, deps=(reduces[-1].key,))

@@ -320,3 +320,27 @@ def test_pipelines_with_sharded_gradients_reduce_after_every_backward(name, zero
     assert all(len(n) == 1 for n in counts.values())  # matched across the stage's replicas
     trace = unit_engine().run(plan)  # a deadlock raises PlanError
     assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_sharded_gradients_with_no_backward_at_all_reduce_once_at_the_step_end(pp, zero_stage):
+    # SpaCO's Bernoulli draw can pick no chunk (seed 7 here): no chunk backpropagates, and the
+    # per-backward reductions of a pipeline had none to make (the step's wait on the last one
+    # crashed, found by a review); every member joins one reduction after its last op
+    from ltsim.strategies import get_strategy
+    from tests.conftest import unit_ctx, unit_engine
+
+    strategy = get_strategy("spaco")
+    ctx = unit_ctx(pp=pp, dp=2, zero_stage=zero_stage, recompute="selective")
+    plan = strategy.plan((160, 160), ctx, strategy.parse(
+        {"chunk_size": 16, "budget": 1, "sampling": "bernoulli", "seed": 7})).expand().validate()
+    assert plan.grad_chunks == frozenset()
+    for device in plan.devices if pp > 1 else ():  # (one stage: a reduction per micro-step)
+        compute = plan.program(device.index).ops
+        reduces = [op for op in plan.program(device.index, "coll").ops
+                   if op.name.startswith("dp-grad")]
+        assert len(reduces) == 1 and reduces[0].deps == (compute[-2].key,)
+        assert compute[-1].kind is OpKind.OPT and compute[-1].deps == (reduces[0].key,)
+    trace = unit_engine().run(plan)
+    assert len(trace.events) == sum(len(p.ops) for p in plan.programs)
