@@ -261,7 +261,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
 
 def worst_draw(scenario: Scenario) -> tuple[Scenario, str]:
     """The scenario with the options its strategy's ``maxlen_options`` give, and a note saying
-    so ("" when they are already its own). SpaCO draws at random which chunks back-propagate, and
+    so ("" when the search runs as the scenario's own options would). SpaCO draws at random which chunks back-propagate, and
     its peak depends on the draw (the latest chunk drawn holds every earlier chunk's K/V
     gradients); a run draws anew every step, so the longest length it can train is one that every
     draw fits: the search uses the draw of the largest peak."""
@@ -269,16 +269,15 @@ def worst_draw(scenario: Scenario) -> tuple[Scenario, str]:
 
     strategy = get_strategy(scenario.strategy)
     options = strategy.parse(scenario.strategy_options)
-    override = strategy.maxlen_options(options)
+    override, said = strategy.maxlen_options(options)
     changed = {k: v for k, v in override.items() if getattr(options, k) != v}
     if not changed:
         return scenario, ""
     raw = {**scenario.raw, "strategy": {**scenario.raw["strategy"], **changed}}
-    said = ", strategy.".join(f"{k} = {v!r}" for k, v in changed.items()).replace("'", '"')
-    return (build_scenario(raw, source=scenario.source),
-            f"searched with strategy.{said}: its peak depends on which chunks a step draws, and "
-            "a run draws anew every step, so the answer is the longest length the worst draw fits "
-            "(and the time shown is that draw's)")
+    note = (f"searched with {said}: its peak depends on which chunks a step draws, and a run "
+            "draws anew every step, so the answer is the longest length the worst draw fits (and "
+            "the time shown is that draw's)") if said else ""
+    return build_scenario(raw, source=scenario.source), note
 
 
 def _plans(scenario: Scenario, length: int, cost: CostModel, mode: str) -> bool:
@@ -335,8 +334,9 @@ def _static_terms(plan: Plan, cost: CostModel, device: int) -> dict[str, int]:
     if breakdown is None:  # a cost model without the split (the unit model): all as weights
         return {"weights": int(cost.static_memory_bytes(spec))}
     parts = breakdown(spec)
-    return {"weights": int(parts.weights_bytes + parts.gathered_bytes),  # ZeRO-3's gathered module
-            "gradients": int(parts.grads_bytes),
+    gathered = parts.gathered_bytes - parts.gathered_grads_bytes  # ZeRO-3's gathered module
+    return {"weights": int(parts.weights_bytes + gathered),  # and its gradients
+            "gradients": int(parts.grads_bytes + parts.gathered_grads_bytes),
             "optimizer": int(parts.optimizer_bytes)}
 
 

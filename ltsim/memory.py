@@ -56,6 +56,7 @@ class StaticMemory:
     optimizer_bytes: float
     host_bytes: float = 0.0  # gradients and optimizer state offloaded to host memory (not in total)
     gathered_bytes: float = 0.0  # ZeRO-3: its largest module gathered whole, with its gradients
+    gathered_grads_bytes: float = 0.0  # of which those gradients
 
     @property
     def total_bytes(self) -> float:
@@ -169,17 +170,20 @@ def static_memory_bytes(model: ModelSpec, parallel: ParallelConfig, *, num_layer
     grads = sharded(trained, grad_bytes, 2)
     optimizer = sharded(trained, optimizer_bytes_per_param(model, parallel.optimizer_dtype), 1)
     weights = sharded(num_params + adapters, weight_bytes, 3)
-    gathered = 0.0
+    gathered = gathered_grads = 0.0
     if stage >= 3 and num_shards > 1:
         largest = largest_module_parameters_per_gpu(model, parallel.tp, num_layers=num_layers,
                                                     has_embedding=has_embedding, has_head=has_head)
-        gathered = largest * weight_bytes * (1 if model.lora_rank else 2)
+        gathered_grads = 0.0 if model.lora_rank else largest * weight_bytes
+        gathered = largest * weight_bytes + gathered_grads
     if offload_optimizer:
         host = sharded(trained, max(FP32_BYTES, weight_bytes), 1) + optimizer  # fp32 partitions
         return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=0.0,
-                            optimizer_bytes=0.0, host_bytes=host, gathered_bytes=gathered)
+                            optimizer_bytes=0.0, host_bytes=host, gathered_bytes=gathered,
+                            gathered_grads_bytes=gathered_grads)
     return StaticMemory(num_parameters=trained, weights_bytes=weights, grads_bytes=grads,
-                        optimizer_bytes=optimizer, gathered_bytes=gathered)
+                        optimizer_bytes=optimizer, gathered_bytes=gathered,
+                        gathered_grads_bytes=gathered_grads)
 
 
 def largest_module_parameters_per_gpu(model: ModelSpec, tp: int, *, num_layers: int,

@@ -6,8 +6,8 @@ global batches are sampled with (LongAlign's sorted groups), and ``check_batch(b
 options)``: the size check its ``plan`` makes first, which a run makes for every batch before it
 plans any (a batch too large to plan fails before the progress lines of earlier ones), and
 ``CP_KIND``: the context-parallel kind it always runs (a scenario naming the other is refused), and
-``maxlen_options(options)``: options ``ltsim maxlen`` searches with (SpaCO's draw of the largest
-peak). It never talks to the engine or to torch.
+``maxlen_options(options)``: options ``ltsim maxlen`` searches with, and what they are in words
+(SpaCO's draw of the largest peak). It never talks to the engine or to torch.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ class Strategy:
     batching: str | None = None  # the workload batching this strategy needs, if any
     check_fn: Callable[[tuple[int, ...], PlanContext, Any], None] | None = None
     cp_kind: str | None = None  # the CP kind it always runs, whatever parallel.cp_kind says
-    # options -> what ltsim maxlen searches with instead (SpaCO's draw of the largest peak)
-    maxlen_fn: Callable[[Any], dict[str, Any]] | None = None
+    # options -> what ltsim maxlen searches with instead (SpaCO's draw of the largest peak), and
+    # those options in words
+    maxlen_fn: Callable[[Any], tuple[dict[str, Any], str]] | None = None
 
-    def maxlen_options(self, options: Any) -> dict[str, Any]:
-        """Options ``ltsim maxlen`` searches with in place of ``options``' (none for most)."""
-        return self.maxlen_fn(options) if self.maxlen_fn is not None else {}
+    def maxlen_options(self, options: Any) -> tuple[dict[str, Any], str]:
+        """Options ``ltsim maxlen`` searches with in place of ``options``' (none for most), and
+        what they are in words ("" when the search runs as ``options`` would)."""
+        return self.maxlen_fn(options) if self.maxlen_fn is not None else ({}, "")
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)

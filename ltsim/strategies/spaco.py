@@ -90,14 +90,20 @@ def select(ids: list[int], seq: int, options: Options) -> list[int]:
     return sorted(rng.sample(ids, min(options.budget, k)))
 
 
-def maxlen_options(options: Options) -> dict:
-    """What ``ltsim maxlen`` searches with: a draw whose peak bounds every draw's. Fixed sampling
-    draws t chunks, bounded by the t latest (``"worst"``, at least two); Bernoulli sampling may
-    draw any subset, every chunk too (SeCO's backward, with SpaCO's forward)."""
-    worst = {"sampling": "worst", "seed": 0}  # a draw the seed does not change
+def maxlen_options(options: Options) -> tuple[dict, str]:
+    """What ``ltsim maxlen`` searches with, and those options in words ("" when the search runs
+    as the user's would): a draw whose peak bounds every draw's. Fixed sampling draws t chunks,
+    bounded by the t latest (``"worst"``, at least two); Bernoulli sampling may draw any subset,
+    every chunk too (SeCO's backward, with SpaCO's forward). The options that change neither time
+    nor memory (the seed the worst draw does not read; the gradient compensation, a loss scale)
+    are set to their defaults too, unsaid, so that searches differing only in them are one."""
+    unread = Options()
+    worst = {"sampling": "worst", "seed": unread.seed, "compensation": unread.compensation,
+             "cap": unread.cap}
     if options.sampling == "bernoulli":
-        return {**worst, "budget": EVERY_CHUNK}
-    return worst
+        return ({**worst, "budget": EVERY_CHUNK},
+                'strategy.sampling = "worst" over every chunk (a Bernoulli draw can take them all)')
+    return worst, "" if options.sampling == "worst" else 'strategy.sampling = "worst"'
 
 
 def factor(k: int, options: Options) -> float:

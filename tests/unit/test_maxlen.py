@@ -9,11 +9,12 @@ import pytest
 
 from ltsim.cli import main
 from ltsim.maxlen import (DEVICE_TERMS, evaluate, find_max_length, length_scenario, peak_terms,
-                          workload_scenario)
+                          workload_scenario, worst_draw)
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import load_scenario
 from ltsim.scenario import build_scenario
 from ltsim.strategies import REGISTRY
+from ltsim.strategies.spaco import EVERY_CHUNK
 from tests.conftest import REPO
 
 SINGLE_GPU = {"hardware.gpus_per_node": 1, "parallel.tp": 1, "parallel.pp": 1,
@@ -173,13 +174,19 @@ def test_spaco_is_searched_with_its_worst_draw(quickstart):
                                                              "seed": seed}})
         assert evaluate(drawn, answer.max_length, cost).fits
     same = build_scenario({**scenario.raw, "strategy": {**scenario.raw["strategy"],
-                                                        "sampling": "worst"}})
-    assert find_max_length(same, step=4096).note == ""  # already its own: nothing to say
+                                                        "sampling": "worst", "seed": 3}})
+    assert find_max_length(same, step=4096).note == ""  # already its own (the seed unread)
+    bernoulli = build_scenario({**scenario.raw, "strategy": {**scenario.raw["strategy"],
+                                                             "sampling": "bernoulli"}})
+    note = worst_draw(bernoulli)[1]  # every chunk, in words (not the budget that stands for it)
+    assert "over every chunk" in note and str(EVERY_CHUNK) not in note and "seed" not in note
 
 
 def test_two_strategies_that_search_alike_are_refused(capsys):
-    # SpaCO is searched with its worst draw, so spaco and spaco:sampling=worst are one search
-    for other in ("spaco:sampling=worst", "spaco:seed=3"):
+    # SpaCO is searched with its worst draw, so spaco and spaco:sampling=worst are one search;
+    # the seed and the gradient compensation change neither its time nor its memory
+    for other in ("spaco:sampling=worst", "spaco:seed=3", "spaco:compensation=none",
+                  "spaco:cap=3"):
         code = main(["maxlen", str(QUICKSTART), "--strategies", f"spaco,{other}"])
         err = capsys.readouterr().err
         assert code == 2 and f"remove {other}: it runs exactly as spaco" in err

@@ -189,6 +189,7 @@ def test_zero3_matches_deepspeeds_estimate(name: str, gpus: int) -> None:
     up = (2 if m.arch == "llama" else 1) * m.hidden_size * m.ffn_hidden_size + (
         0 if m.arch == "llama" else m.ffn_hidden_size)  # gpt's up projection has a bias
     assert inner.gathered_bytes == pytest.approx(4 * up / 2, rel=1e-12)
+    assert inner.gathered_grads_bytes == inner.gathered_bytes / 2  # bf16 weights and gradients
 
 
 @pytest.mark.parametrize("stage,ratio", [

@@ -157,7 +157,7 @@ def test_spaco_worst_draw_peaks_above_every_random_draw():
                                                                  "budget": budget, **options}))
             return plan, Engine(cost).run(plan).peak_memory_bytes()[0]
 
-        worst_plan, worst = peak(**maxlen_options(strategy.parse({})))
+        worst_plan, worst = peak(**maxlen_options(strategy.parse({}))[0])
         ids = sorted(c.index for c in worst_plan.chunks)
         assert sorted(worst_plan.grad_chunks) == ids[-max(budget, 2):]
         if budget == 1:  # every draw there is: each chunk alone
@@ -171,6 +171,6 @@ def test_spaco_worst_draw_peaks_above_every_random_draw():
         assert worst >= max(draws)
         assert worst > min(draws)  # the draw matters: the search must not take a lucky one
         # Bernoulli draws any subset (more than t chunks too): its worst is every chunk
-        every_plan, every = peak(**maxlen_options(strategy.parse({"sampling": "bernoulli"})))
+        every_plan, every = peak(**maxlen_options(strategy.parse({"sampling": "bernoulli"}))[0])
         assert sorted(every_plan.grad_chunks) == ids
         assert every >= max(peak(seed=seed, sampling="bernoulli")[1] for seed in range(6))
