@@ -261,10 +261,10 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
 
 def worst_draw(scenario: Scenario) -> tuple[Scenario, str]:
     """The scenario with the options its strategy's ``maxlen_options`` give, and a note saying
-    so ("" when the search runs as the scenario's own options would). SpaCO draws at random which chunks back-propagate, and
-    its peak depends on the draw (the latest chunk drawn holds every earlier chunk's K/V
-    gradients); a run draws anew every step, so the longest length it can train is one that every
-    draw fits: the search uses the draw of the largest peak."""
+    so ("" when the search runs as the scenario's own options would). SpaCO draws at random
+    which chunks back-propagate, and its peak depends on the draw (the latest chunk drawn holds
+    every earlier chunk's K/V gradients); a run draws anew every step, so the longest length it
+    can train is one that every draw fits: the search uses the draw of the largest peak."""
     from ltsim.strategies import get_strategy
 
     strategy = get_strategy(scenario.strategy)
