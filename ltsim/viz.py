@@ -229,7 +229,7 @@ def plot_gantt(trace: "Trace", plan: "Plan | None" = None, *, ax: "Axes | None" 
     if labels or (labels is None and len(events) <= _MAX_LABELS):
         _draw_labels(ax, events, rows, factor, span)
     _legend(ax, {e.kind for e in events}, by_sequence=plan is not None)
-    ax.set_title(title, loc="left", fontsize=11, pad=22)
+    ax.set_title(literal(title), loc="left", fontsize=11, pad=22)
     return ax
 
 
@@ -274,7 +274,7 @@ def plot_memory(trace: "Trace", *, ax: "Axes | None" = None, limit_bytes: int | 
         ax.axhline(static / size, color="0.45", ls=":", lw=1, label="static" if i == 0 else None)
     _draw_limit(ax, limit_bytes, peak, size, unit)
     _finish_memory_axes(ax, n, span_s * factor * 1.005, unit_s, unit)
-    ax.set_title(title, loc="left", fontsize=11)
+    ax.set_title(literal(title), loc="left", fontsize=11)
     return ax
 
 
@@ -308,6 +308,15 @@ def _unpack(sim_or_trace: Any) -> tuple["Trace", "Plan | None", Any]:
     if hasattr(sim_or_trace, "traces"):
         return sim_or_trace.traces[0], next(iter(sim_or_trace.plans), None), sim_or_trace.result
     return sim_or_trace, None, None
+
+
+def literal(text: str) -> str:
+    """``text`` as a figure should show it, verbatim: a ``$`` escaped (matplotlib reads $...$ as
+    mathtext, and a scenario named ``$$`` failed to parse), a file name's undecodable bytes
+    (surrogate escapes, which the font renderer refuses) as U+FFFD."""
+    if not text.isascii():
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text.replace("$", r"\$")
 
 
 def short(text: str, limit: int = 60) -> str:
@@ -373,5 +382,5 @@ def plot_compare(predicted: Any, measured: Any, path: str | Path, *, plan: "Plan
                      f"(error {diff:+.1%}: (measured - predicted) / measured)")
     top.tick_params(axis="x", labelbottom=True)
     if title:
-        fig.suptitle(short(title, 100), x=0.01, ha="left", fontsize=12)
+        fig.suptitle(literal(short(title, 100)), x=0.01, ha="left", fontsize=12)
     return _save(fig, path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ltsim.viz import _new_figure, _plain_frame, _save, short
+from ltsim.viz import _new_figure, _plain_frame, _save, literal, short
 
 if TYPE_CHECKING:
     from ltsim.maxlen import MaxLength
@@ -57,5 +57,5 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
                ncol=min(2 * len(answers), 4, len(handles)), frameon=False)  # fits one panel
     axes[0].set_ylabel("peak memory per GPU (GiB)")
     if title:
-        fig.suptitle(short(title, 100), fontsize=10)
+        fig.suptitle(literal(short(title, 100)), fontsize=10)
     return _save(fig, path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ltsim.viz import _is_dark, _new_figure, _save, short
+from ltsim.viz import _is_dark, _new_figure, _save, literal, short
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,12 +45,13 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
         best = np.unravel_index(np.nanargmin(shown) if minimize else np.nanargmax(shown), shown.shape)
         ax.add_patch(Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, ec="#d62728", lw=3))
     _annotate_cells(ax, values, infeasible, image)
-    ax.set_xticks(range(values.shape[1]), [str(c) for c in grid.columns])
-    ax.set_yticks(range(values.shape[0]), [str(i) for i in grid.index])
+    ax.set_xticks(range(values.shape[1]), [literal(str(c)) for c in grid.columns])
+    ax.set_yticks(range(values.shape[0]), [literal(str(i)) for i in grid.index])
     ax.set(xlabel=x, ylabel=y)
     subtitle = "" if best is None else (f"best: {x}={grid.columns[best[1]]}, {y}={grid.index[best[0]]}"
                                         f" ({values[best]:.4g})")
-    ax.set_title("\n".join(t for t in (short(title, 80), subtitle) if t), loc="left", fontsize=10)
+    ax.set_title(literal("\n".join(t for t in (short(title, 80), subtitle) if t)), loc="left",
+                 fontsize=10)
     return _save(fig, path)
 
 
@@ -93,18 +94,23 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     fig = _new_figure(7.0, 3.6)
     ax = fig.add_subplot()
     fits, oom = grouped[grouped["ok"]], grouped[~grouped["ok"]]
-    ax.plot(fits.index, fits["value"], marker="o", color="#1f77b4", lw=1.6, label="fits")
+
+    def at(values):  # text values (the categories of a string key) as the axis shows them
+        return [literal(v) if isinstance(v, str) else v for v in values]
+
+    ax.plot(at(fits.index), fits["value"], marker="o", color="#1f77b4", lw=1.6, label="fits")
     if len(oom):
-        ax.plot(oom.index, oom["value"], ls="none", marker="x", ms=9, mew=2, color="#d62728",
+        ax.plot(at(oom.index), oom["value"], ls="none", marker="x", ms=9, mew=2, color="#d62728",
                 label="does not fit (OOM)")
     subtitle = ""
     if len(fits):
         best = fits["value"].idxmin() if minimize else fits["value"].idxmax()
-        ax.plot([best], [fits.loc[best, "value"]], marker="o", ms=14, mfc="none", mec="#d62728",
-                mew=2, ls="none")
+        ax.plot(at([best]), [fits.loc[best, "value"]], marker="o", ms=14, mfc="none",
+                mec="#d62728", mew=2, ls="none")
         subtitle = f"best that fits: {x}={best} ({fits.loc[best, 'value']:.4g})"
     ax.set(xlabel=x, ylabel=value)
     ax.grid(color="0.9", lw=0.6)
     ax.legend(frameon=False, fontsize=8)
-    ax.set_title("\n".join(t for t in (short(title, 80), subtitle) if t), loc="left", fontsize=10)
+    ax.set_title(literal("\n".join(t for t in (short(title, 80), subtitle) if t)), loc="left",
+                 fontsize=10)
     return _save(fig, path)

@@ -285,6 +285,8 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from ltsim.viz import literal
+
     source = _truncated(load_dataset(dataset), max_length, key)
     lengths, basis = _lengths_for_stats(source, num_samples, seed)
     edges = np.unique(np.geomspace(1, lengths.max() + 1, 60).round())
@@ -310,8 +312,8 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
             ax.axvline(k * KIB_TOKENS, color="grey", linestyle=":", linewidth=0.8)
             ax.text(k * KIB_TOKENS, 0.98, f" {k}K", transform=ax.get_xaxis_transform(), ha="left",
                     va="top", fontsize=8, color="grey")
-    ax.set_title(f"{source.name}: {lengths.size:,} sequences, longest {int(lengths.max()):,} tokens\n"
-                 f"({basis})", fontsize=9)
+    ax.set_title(literal(f"{source.name}: {lengths.size:,} sequences, longest "
+                         f"{int(lengths.max()):,} tokens\n({basis})"), fontsize=9)
     handles = ax.get_legend_handles_labels()
     more = cdf.get_legend_handles_labels()
     ax.legend(handles[0] + more[0], handles[1] + more[1], loc="center right", fontsize=8)

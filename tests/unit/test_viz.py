@@ -178,3 +178,21 @@ def test_sweep_figures_over_a_key_of_numbers_and_words(tmp_path):
                           {"lengths": [8], "iteration_time_s": 2.0, "fits": True}])
     assert viz_sweep.plot_line(lists, x="lengths", value="iteration_time_s", feasible="fits",
                                path=tmp_path / "lists.png").stat().st_size > 10_000
+
+
+def test_text_from_names_is_drawn_verbatim(fig2, tmp_path):
+    # a scenario called "$$" (mathtext that does not parse), a sweep over such names, and a
+    # length file whose name holds bytes that are not UTF-8 all crashed the figure (a probe of
+    # bad inputs); each is shown as written, U+FFFD for an undecodable byte
+    from ltsim.cli import main
+
+    assert viz.literal("a $x$ and $$") == r"a \$x\$ and \$\$"
+    assert viz.literal("x\udcff.txt") == "x\ufffd.txt" and viz.literal("é") == "é"
+    assert _is_png(viz.plot_compare(fig2, fig2.traces[0], tmp_path / "c.png", title="$$ $\\ $"))
+    frame = pd.DataFrame({"name": ["$$", "b", "$x^$"], "t": [1.0, 2.0, 3.0], "ok": [True] * 3})
+    assert _is_png(viz_sweep.plot_line(frame, x="name", value="t", feasible="ok",
+                                       path=tmp_path / "line.png", title="$$"))
+    lengths = tmp_path / "x\udcff.txt"  # as Python names a file with the byte 0xff
+    lengths.write_text("100\n200\n")
+    assert main(["workload", "describe", str(lengths), "--plot", str(tmp_path / "w.png")]) == 0
+    assert _is_png(tmp_path / "w.png")
