@@ -117,8 +117,12 @@ def _check_output(flag: str, path: Path) -> None:
     if path.is_dir():
         raise ConfigError(flag, "a file path, not a directory", str(path),
                           f"name a file inside it, e.g. {flag} {path / _EXAMPLE_NAMES.get(flag, 'out')}")
-    if path.exists() and stat.S_ISFIFO(path.stat().st_mode):  # opening it could wait forever
+    mode = path.stat().st_mode if path.exists() else None
+    if mode is not None and stat.S_ISFIFO(mode):  # opening it could wait forever
         raise ConfigError(flag, "a file, not a named pipe", str(path), "give a file name")
+    if mode is not None and not stat.S_ISREG(mode):  # a file is written beside it and renamed
+        raise ConfigError(flag, "a regular file (or a new one), not a device or socket",  # over:
+                          str(path), "give a file name")  # that would replace the node itself
     blocking = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
     if blocking is not None:
         raise ConfigError(flag, "a path whose folders are folders", str(path),

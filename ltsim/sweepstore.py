@@ -192,7 +192,7 @@ class SweepStore:
         for point, inputs, result in rows:
             try:
                 row = json.loads(result)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):  # (nested past the parser's depth)
                 continue
             if isinstance(row, dict) and isinstance(point, str):
                 out[point] = (inputs, row)

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from ltsim.errors import ProfileError
-from ltsim.files import replaced_atomically
+from ltsim.files import read_input, replaced_atomically
 from ltsim.profiler.timing import Bench, Case, sample, summarize
 from ltsim.profiles import read_table, write_table
 
@@ -174,12 +174,16 @@ def table_done(out: Path, name: str) -> bool:
 
 def partial_made_with(out: Path, name: str) -> dict[str, Any] | None:
     """The arguments of the run that wrote `<name>.partial.csv` ({"args": ...}, as meta.json keeps
-    a table's), or None when it recorded none (an older run) or the record does not read."""
+    a table's), or None when it recorded none (an older run) or the record does not read: not a
+    regular file (a named pipe would wait forever), past 1 MiB, or not JSON (nested too deep too)."""
     try:
-        data = json.loads((out / f"{name}{_ARGS_SUFFIX}").read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_input(out / f"{name}{_ARGS_SUFFIX}", _ARGS_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+_ARGS_BYTES = 1 << 20  # a run's recorded arguments are a few hundred bytes
 
 
 _ARGS_SUFFIX = ".partial.args.json"

@@ -34,6 +34,25 @@ def test_simulate_writes_trace_and_plot(tmp_path, capsys):
     assert "bubble ratio    45.83%" in capsys.readouterr().out
 
 
+def test_an_output_path_that_is_a_socket_or_device_is_refused_not_replaced(tmp_path, capsys):
+    # outputs are written beside the target and renamed over it: a device node (as root,
+    # --trace /dev/null) or a socket was replaced by a regular file (found by a bad-input probe)
+    import socket
+    import stat
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    node = tmp_path / "t.json"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(node))
+        for flag in ("--trace", "--out"):
+            command = "export" if flag == "--out" else "simulate"
+            extra = ["--format", "torch-pipelining"] if command == "export" else []
+            assert main([command, str(example), *extra, flag, str(node)]) == 2
+            err = capsys.readouterr().err
+            assert f"'{flag}' must be a regular file (or a new one), not a device" in err
+        assert stat.S_ISSOCK(node.stat().st_mode)
+
+
 def test_unit_preset_prints_units_not_seconds_and_bytes(tmp_path, capsys):
     """The unit preset (the papers' figures) prices work in units and memory in tokens: the
     summary, the comparison table and the sweep table say so instead of "s" and "B"."""
@@ -145,6 +164,7 @@ def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("stored", ["[1, 2]", "null", "7", "not json", "{}",
+                                    "[" * 100_000 + "]" * 100_000,  # past json's recursion
                                     "json_set(result, '$.iteration_time_s', 'x')",
                                     "json_set(result, '$.fits', 'yes')",
                                     "json_object('error', 5, 'fits', json('false'))"])

@@ -243,6 +243,27 @@ def test_resume_refuses_a_checkpoint_measured_with_other_arguments(tmp_path: Pat
     assert sorted(p.name for p in out.iterdir()) == ["gemm.partial.args.json", "gemm.partial.csv"]
 
 
+def test_a_checkpoints_record_that_does_not_read_is_no_record(tmp_path: Path) -> None:
+    # nested past json's recursion limit (a RecursionError), or a named pipe (read, it waited
+    # forever): found by a bad-input probe; either reads as no record, as an older run's
+    import os
+    import threading
+
+    from ltsim.profiler.tables import partial_made_with
+
+    (tmp_path / "gemm.partial.args.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert partial_made_with(tmp_path, "gemm") is None
+    os.mkfifo(tmp_path / "attention.partial.args.json")
+    found: list = []
+    reader = threading.Thread(target=lambda: found.append(partial_made_with(tmp_path, "attention")),
+                              daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive() and found == [None]
+    (tmp_path / "x.partial.args.json").write_text('{"args": {"threads": 1}}')
+    assert partial_made_with(tmp_path, "x") == {"args": {"threads": 1}}
+
+
 def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
