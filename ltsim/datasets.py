@@ -436,7 +436,12 @@ def _read_jsonl(path: str) -> Rows:
         if field is None:
             raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,
                               f"add the field to line {i + 1}")
-        raw = record[field]
+        raw, other = record[field], LENGTH_COLUMNS[1]
+        if field != other and other in record and record[other] != raw:  # as _read_table: which
+            raise ConfigError(KEY, f"a JSON Lines file with one length field ({field} or {other}, "
+                              "or both with the same value)", path,  # is meant is a guess
+                              f"drop the {other} field, or rename it",
+                              context=f"they differ on line {i + 1}")
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (
                 isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer())):
             raise _not_integer(path, f"line {i + 1}")

@@ -193,7 +193,7 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
                       ) -> Validation:
     """Simulate the scenario's first batch and execute its plan; raises ConfigError, PlanError.
     ``announce(iterations, predicted seconds each)`` before the executor starts."""
-    from ltsim.executor.runtime import execute_plan
+    from ltsim.executor.runtime import check_executable, execute_plan
     from ltsim.runner import run
 
     cost = bare_cost_model(scenario)
@@ -211,10 +211,12 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
                           f"{iterations * predicted.iteration_time_s / 3600:,.1f} hours predicted",
                           "validate with shorter sequences or a smaller model (the prediction "
                           "alone: ltsim simulate)")
-    if announce is not None:
-        announce(iterations, predicted.iteration_time_s)
     attention = ("sdpa_boolmask" if scenario.cluster.attention_kernel == SDPA_BOOL_MASK_KERNEL
                  else "auto")  # run the kernel the prediction prices
+    check_executable(plan, scenario.model, scenario.parallel, backend=backend, device=device,
+                     warmup=warmup, repeats=repeats, attention=attention)  # before it says
+    if announce is not None:  # it runs (a setup the executor refuses followed the line)
+        announce(iterations, predicted.iteration_time_s)
     measured = execute_plan(plan, scenario.model, scenario.parallel, backend=backend,
                             device=device, seed=seed, warmup=warmup, repeats=repeats,
                             attention=attention)

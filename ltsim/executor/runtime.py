@@ -115,15 +115,9 @@ def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backe
     spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard.
     Mirrored DP replicas (ltsim/mirrors.py) run as their own processes, written out.
     """
-    plan = plan.expand()
+    plan = check_executable(plan, spec, parallel, backend=backend, device=device, warmup=warmup,
+                            repeats=repeats, optimizer=optimizer, attention=attention)
     dtype_name = _dtype_name(dtype)
-    _check_arguments(plan, spec, parallel, backend, device, warmup, repeats, optimizer)
-    if attention not in ATTENTION_BACKENDS:
-        raise ConfigError("executor.attention", f"one of {', '.join(ATTENTION_BACKENDS)}",
-                          attention)
-    check_supported(plan)
-    if backend == "nccl":
-        check_p2p_order(plan)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ltsim-exec-") as tmp:
         config = WorkerConfig(backend=backend, device_type=device, seed=seed, dtype=dtype_name,
@@ -135,6 +129,23 @@ def execute_plan(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *, backe
         reports = [torch.load(Path(tmp) / f"device{d}.pt", weights_only=False)
                    for d in range(plan.num_devices)]
     return _assemble(plan, reports, backend, device, time.perf_counter() - started)
+
+
+def check_executable(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, *,
+                     backend: str = "gloo", device: str = "cpu", warmup: int = 1,
+                     repeats: int = 1, optimizer: str = "adam", attention: str = "auto") -> Plan:
+    """What ``execute_plan`` checks before it starts any process (ConfigError for arguments and a
+    setup it does not run, PlanError for ops it cannot run), for a caller that says what it is
+    about to run first (ltsim validate). Returns the plan with mirrored replicas written out."""
+    plan = plan.expand()
+    _check_arguments(plan, spec, parallel, backend, device, warmup, repeats, optimizer)
+    if attention not in ATTENTION_BACKENDS:
+        raise ConfigError("executor.attention", f"one of {', '.join(ATTENTION_BACKENDS)}",
+                          attention)
+    check_supported(plan)
+    if backend == "nccl":
+        check_p2p_order(plan)
+    return plan
 
 
 def _dtype_name(dtype: str | torch.dtype | None) -> str | None:

@@ -175,7 +175,7 @@ def table_done(out: Path, name: str) -> bool:
 def partial_made_with(out: Path, name: str) -> dict[str, Any] | None:
     """The arguments of the run that wrote `<name>.partial.csv` ({"args": ...}, as meta.json keeps
     a table's), or None when it recorded none (an older run) or the record does not read: not a
-    regular file (a named pipe would wait forever), past 1 MiB, or not JSON (nested too deep too)."""
+    regular file (a named pipe would wait forever), past 1 MiB, or not JSON (or nested too deep)."""
     try:
         data = json.loads(read_input(out / f"{name}{_ARGS_SUFFIX}", _ARGS_BYTES))
     except (OSError, ValueError, RecursionError):
