@@ -209,13 +209,20 @@ def sp_slots(num_gpus: int, degrees: list[int], need_max: int, count_max: int) -
     return slots
 
 
+def fits_at_all(lengths: list[int], num_gpus: int, degrees: list[int], capacity: int) -> bool:
+    """Whether a micro-batch of ``lengths`` can fit: its longest sequence in the largest SP
+    group's ranks and its tokens in all of them (what ``solve_groups`` checks before its MILP)."""
+    return (min_degree(max(lengths), capacity) <= degrees[-1]
+            and sum(lengths) <= capacity * num_gpus)
+
+
 def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity: int,
                  costs: GroupCosts, options: Options) -> Groups:
     """Step 3 for one micro-batch (``lengths``)."""
     from pyscipopt import Model, quicksum
 
     started = time.perf_counter()
-    if min_degree(max(lengths), capacity) > degrees[-1] or sum(lengths) > capacity * num_gpus:
+    if not fits_at_all(lengths, num_gpus, degrees, capacity):
         return Groups(None, "infeasible", math.inf, 0.0, math.inf)
     buckets = Bucketing(lengths)
     runs = buckets.runs(options.bucket_num)
@@ -358,16 +365,28 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     count = max(1, -(-sum(lengths) // (capacity * num_gpus)))
     solved: dict[tuple[int, ...], Groups] = {}
     calls = 0
-    while True:
+
+    def hopeless(run: list[int]) -> bool:  # a sequence no SP group holds: no count solves it
+        return min_degree(max(batch[i] for i in run), capacity) > degrees[-1]
+
+    while True:  # more micro-batches until each that a group can hold is solved
         runs = sort_consec(lengths, count)
+        keys = [tuple(batch[i] for i in run) for run in runs]
+        last = count >= len(lengths)
+        if not last and any(not fits_at_all(list(key), num_gpus, degrees, capacity)
+                            and not hopeless(run) for run, key in zip(runs, keys)):
+            count += 1  # too many tokens in a micro-batch: no need to solve the others
+            continue
         answers = []
-        for run in runs:
-            key = tuple(batch[i] for i in run)
+        for run, key in zip(runs, keys):  # the longest sequences' first: the likeliest to fail
             if key not in solved:
                 solved[key] = solve_groups(list(key), num_gpus, degrees, capacity, costs, options)
                 calls += 1
             answers.append(solved[key])
-        if all(a.groups is not None for a in answers) or count >= len(lengths):
+            if answers[-1].groups is None and not hopeless(run) and not last:
+                break  # this count fails: the other micro-batches need no MILP
+        if last or (len(answers) == len(runs)
+                    and all(a.groups is not None or hopeless(r) for r, a in zip(runs, answers))):
             break
         count += 1
     keep = keep_policy(par.recompute)

@@ -151,6 +151,46 @@ def test_mixed_groups_shard_over_aligned_blocks(monkeypatch):
     assert trace.final_memory_bytes() == list(trace.static_bytes)
 
 
+def test_more_micro_batches_solve_only_until_one_fails(monkeypatch):
+    """The split grows one micro-batch at a time until every micro-batch is solved; at a count
+    where one fails the others need no MILP (the longest sequences' first, the likeliest to
+    fail). Solving them all at every count took 70 s on gpt-7b-64k-flexsp at cp 2 (4 s now, the
+    same plan; found by a bad-input probe). Here a micro-batch solves with at most two sequences:
+    the plan is the first count's whose micro-batches all solve, with fewer MILPs than solving
+    every micro-batch of every count."""
+    from tests.conftest import unit_ctx
+
+    solved = []
+
+    def answer(lengths, *args, **kwargs):
+        solved.append(tuple(lengths))
+        if len(lengths) > 2:
+            return flexsp.Groups(None, "infeasible", math.inf, 0.0, math.inf)
+        return flexsp.Groups(((4, tuple(range(len(lengths)))),), "optimal", 0.0, 0.0, 1.0)
+
+    monkeypatch.setattr(flexsp, "solve_groups", answer)
+    ctx = unit_ctx(pp=1, dp=1, cp=4, recompute="none", zero_stage=2)
+    lengths = list(range(10, 22))
+    plan = flexsp.plan(tuple(lengths), ctx, flexsp.Options(min_sp=1)).validate()
+    counts = range(1, len(lengths) + 1)
+    least = next(c for c in counts if all(len(r) <= 2 for r in flexsp.sort_consec(lengths, c)))
+    assert plan.options["micro_batches"] == least and plan.options["all_solved"]
+    assert sorted(len(c.slices) for c in plan.chunks) == sorted(
+        len(r) for r in flexsp.sort_consec(lengths, least))
+    every = {tuple(lengths[i] for i in r) for c in range(1, least + 1)
+             for r in flexsp.sort_consec(lengths, c)}
+    assert len(solved) == len(set(solved)) < len(every)
+
+
+def test_a_sequence_no_group_holds_stops_the_split_at_once():
+    # at cp 1 a 64K sequence outgrows every SP group: more micro-batches never solve the one
+    # holding it, and the split grew to one micro-batch per sequence (337 MILPs, 41 s; a probe)
+    scenario = load_scenario(REPO / "scenarios" / "infinipipe" / "gpt-7b-64k-flexsp.toml",
+                             ["parallel.cp=1", "parallel.dp=32", "workload.num_batches=1"])
+    options = run(scenario).plans[0].options
+    assert not options["all_solved"] and options["milp_calls"] <= 2 * options["micro_batches"]
+
+
 def test_warm_start_is_accepted_and_balanced():
     """With almost no time SCIP still returns the balanced single-degree packing it was given
     (the start respects the symmetry rows: identical slots heaviest first)."""
