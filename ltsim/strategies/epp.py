@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ltsim.errors import ConfigError
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
 from ltsim.strategies import milp
 from ltsim.strategies.schedule import Layout, one_layer_work
@@ -217,10 +218,24 @@ class Problem:
         return bool(np.all(lhs >= self.need - 1e-6 * np.maximum(1.0, np.abs(self.need))))
 
 
+#: The most chunks one pipeline's checkpointing problem takes: its windows pair every chunk with
+#: the chunks in flight beside it, so rows x chunks grow with the square (4,096 chunks: 9 s and
+#: 1.1 GB for one Seq1F1B plan of a 64M-token sequence; 8,192 took minutes and 8 GB, a probe of
+#: `ltsim maxlen` with a petabyte memory limit). The bundled scenarios have at most 257.
+MAX_PIPELINE_CHUNKS = 4096
+
+
 def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
                   warmup: str, max_layers: int) -> Problem:
     """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged), G_p the
-    stage's budget less the largest working set among the window's chunks."""
+    stage's budget less the largest working set among the window's chunks. Raises ConfigError
+    for a pipeline of more than MAX_PIPELINE_CHUNKS chunks."""
+    count = sum(len(u) for u in units)
+    if count > MAX_PIPELINE_CHUNKS:
+        raise ConfigError("workload", f"a pipeline of at most {MAX_PIPELINE_CHUNKS:,} chunks to "
+                          "plan its checkpointing (the problem grows with the square of them)",
+                          f"{count:,} chunks", "use larger chunks (strategy.chunk_size), more "
+                          "DP replicas, or shorter sequences")
     num_stages = len(budgets)
     rank = backward_rank(units)
     num_vars = len(rank) + num_stages - 1

@@ -307,3 +307,14 @@ def test_a_batch_that_cannot_fit_says_so():
                                        "workload.global_batch_size": 32,
                                        "workload.max_length": 32768}))
     assert not sim.plans[0].options["all_solved"] and not sim.result.fits
+
+
+def test_a_pipeline_past_the_chunk_cap_is_refused_before_its_problem_is_built():
+    # the checkpointing problem pairs every chunk with those in flight beside it: 8,192 chunks
+    # took minutes and 8 GB (ltsim maxlen with a petabyte limit searched that far); past the cap
+    # a plan is refused, so the search stops there with its reason
+    from ltsim.errors import ConfigError
+
+    cap = epp.MAX_PIPELINE_CHUNKS
+    with pytest.raises(ConfigError, match=rf"at most {cap:,} chunks.*\(got '{cap + 1:,} chunks'\)"):
+        epp.build_problem([list(range(cap)), [cap]], {}, [1.0, 1.0], "prefill", 1)
