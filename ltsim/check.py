@@ -134,9 +134,7 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
         try:
             out.append(load_scenario(scenario, list(case.set)))
         except ConfigError as exc:  # say which case brought the scenario (and its set) in
-            where = f"from {path} case[{i}].{key}"
-            raise ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=exc.source,
-                              context=f"{exc.context}; {where}" if exc.context else where) from None
+            raise _from_case(exc, path, i, key) from None
     if out[0].cluster.device.is_unit != out[1].cluster.device.is_unit:  # units vs seconds
         kind = "the unit preset" if out[0].cluster.device.is_unit else "real hardware"
         raise ConfigError(f"case[{i}].candidate", f"a scenario on {kind}, as its baseline (a "
@@ -146,12 +144,27 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def _from_case(exc: ConfigError, path: Path, i: int, key: str) -> ConfigError:
+    """``exc`` saying which case of the file (and which of its scenarios) brought it in."""
+    where = f"from {path} case[{i}].{key}"
+    return ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=exc.source,
+                       context=f"{exc.context}; {where}" if exc.context else where)
+
+
+def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None,
+             index: int = 0) -> dict[str, Any]:
+    """One case (``index``: its place in the file, for messages)."""
     from ltsim.runner import simulate
 
-    baseline, candidate = scenarios or _scenarios(path, 0, case)
-    base = simulate(baseline).to_dict()
-    cand = simulate(candidate).to_dict()
+    baseline, candidate = scenarios or _scenarios(path, index, case)
+    results = []
+    for key, scenario in (("baseline", baseline), ("candidate", candidate)):
+        try:  # a plan the strategy refuses (its size guard, a layout): which case, which side
+            results.append(simulate(scenario).to_dict())
+        except ConfigError as exc:
+            exc = exc if exc.source else exc.with_source(scenario.source)
+            raise _from_case(exc, path, index, key) from None
+    base, cand = results
     speedup = throughput_speedup(base, cand) or 0.0
     problems = []
     if not cand["fits"]:
@@ -197,8 +210,8 @@ def run_check(path: Path, *, update: bool = False,
     if update:  # judged without the drift from the value being replaced
         cases = [replace(c, expected_speedup=None) for c in cases]
     rows = []
-    for case, scenarios in zip(cases, loaded):
-        rows.append(evaluate(path, case, scenarios))
+    for i, (case, scenarios) in enumerate(zip(cases, loaded)):
+        rows.append(evaluate(path, case, scenarios, i))
         if progress is not None:
             progress(len(rows), len(cases))
     if update:

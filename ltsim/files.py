@@ -111,10 +111,17 @@ def write_text_atomically(path: str | os.PathLike, text: str, **kwargs) -> None:
 def save_figure(fig, out: Path, **kwargs) -> None:
     """``fig.savefig`` (a matplotlib Figure) in the format ``out``'s suffix names, replacing
     ``out`` in one step."""
+    import logging
     import warnings
 
+    library = logging.getLogger("matplotlib")  # the backends log through its children
+    level = library.level
     with replaced_atomically(out) as temp, warnings.catch_warnings():
-        # PostScript's "does not support transparency" and the like: the file is written all the
-        # same, and a library's warning is not a message of this command
+        # PostScript's "does not support transparency" (a log record) and the like: the file is
+        # written all the same, and a library's warning is not a message of this command
         warnings.simplefilter("ignore")
-        fig.savefig(temp, format=out.suffix[1:].lower() or None, **kwargs)
+        library.setLevel(logging.ERROR)
+        try:
+            fig.savefig(temp, format=out.suffix[1:].lower() or None, **kwargs)
+        finally:
+            library.setLevel(level)

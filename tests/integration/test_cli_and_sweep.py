@@ -327,6 +327,23 @@ set = ["hardware.memory_limit_gib=1e-9"]
     assert "expected_speedup = 1.2174" in path.read_text()
 
 
+def test_check_names_the_case_whose_plan_is_refused(tmp_path, capsys):
+    # a case's set that the strategy refuses when it plans (too many chunks), not when the
+    # scenario loads, named no file nor case (a bad-input probe)
+    path = tmp_path / "r.toml"
+    path.write_text(f'''[[case]]
+name = "many chunks"
+baseline = "{REPO}/scenarios/examples/chunkflow-fig2-baseline.toml"
+candidate = "{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"
+set = ["workload.lengths=[40000]"]
+min_speedup = 0.5
+''')
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "chunkflow-fig6-cs2-k2.toml @ strategy.chunk_size must be such that" in err
+    assert f"from {path} case[0].candidate" in err and len(err.strip().splitlines()) == 1
+
+
 def test_grid_syntax_errors(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.k"]) == 2
