@@ -193,8 +193,11 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
         try:
             pairs = [parse_override(o) for o in opts]
         except ConfigError:
+            cut = any(mark in text for mark in "[{\"'")  # a value holding "," or ":" was split
             raise ConfigError("--strategies", "name:key=value:key=value,... (e.g. "
-                              "chunkflow:chunk_size=8192:k=2)", item,
+                              "chunkflow:chunk_size=8192:k=2)", text if cut else item,
+                              "give an option whose value holds a comma or colon with --set "
+                              "(here commas separate strategies, colons options)" if cut else
                               "write each option as key=value after a colon") from None
         keys = [key for key, _ in pairs]
         if "name" in keys:  # it would run another strategy under this one's label
@@ -319,14 +322,15 @@ def _rebuild(raw: dict[str, Any], source: str, opts: dict[str, Any] | None = Non
     """The scenario of ``raw``; a bad option that ``--strategies`` gave (``opts``) is named
     as that flag's, not the scenario file's."""
     from ltsim.scenario import build_scenario
+    from ltsim.strategies.base import toml_text
 
     try:
         return build_scenario(raw, source=source)
     except ConfigError as exc:
         given = exc.key.removeprefix("strategy.")
         if opts and exc.key.startswith("strategy.") and given in opts:
-            name = raw["strategy"]["name"]
-            raise ConfigError("--strategies", exc.rule, f"{name}:{given}={opts[given]}",
+            name = raw["strategy"]["name"]  # the value as written: k="2", not k=2
+            raise ConfigError("--strategies", exc.rule, f"{name}:{given}={toml_text(opts[given])}",
                               exc.fix or f"write {name}:{given}=VALUE, VALUE {exc.rule}",
                               context=f"{name}'s strategy.{given}") from None
         raise

@@ -54,7 +54,7 @@ def parse_options(options_type: type, raw: dict[str, Any], *, strategy: str) -> 
     if check is not None:
         check()
     for key, other, needed in _unused(options_type, "ONLY_WITH", raw, options):
-        setting = f"strategy.{other} = {_toml(needed)}"  # read nowhere: silently ignored
+        setting = f"strategy.{other} = {toml_text(needed)}"  # read nowhere: silently ignored
         raise ConfigError(f"strategy.{key}", f"given only with {setting} (unused otherwise)",
                           raw[key], f"drop strategy.{key}, or set {setting}")
     return options
@@ -74,12 +74,12 @@ def ignored_options(options_type: type, raw: dict[str, Any], options: Any) -> li
     says are read only when another option has some value, given without it: unused, but kept
     legal (a bundled file sets them for its own choice, and a ``--set`` of the other option should
     not make it fail)."""
-    return [f"strategy.{key} = {_toml(raw[key])} is not used: it is read only with "
-            f"strategy.{other} = {_toml(needed)}"
+    return [f"strategy.{key} = {toml_text(raw[key])} is not used: it is read only with "
+            f"strategy.{other} = {toml_text(needed)}"
             for key, other, needed in _unused(options_type, "IGNORED_UNLESS", raw, options)]
 
 
-def _toml(value: Any) -> str:
+def toml_text(value: Any) -> str:
     """A value as a scenario file writes it."""
     if isinstance(value, bool):
         return "true" if value else "false"

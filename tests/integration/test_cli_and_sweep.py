@@ -77,6 +77,18 @@ def test_compare_prints_speedups(capsys):
     assert [round(r["speedup"], 4) for r in rows] == [1.0, round(56 / 46, 4)]
 
 
+@pytest.mark.parametrize("spec, got, fix", [
+    ('chunkflow:k="2"', 'chunkflow:k="2"', "VALUE an integer"),  # as written, not k=2
+    ("megatron-1f1b:micro_batch_size=true", "micro_batch_size=true", "VALUE an integer"),
+    ("chunkflow:k=[1,2]", "chunkflow:k=[1,2]", "holds a comma or colon with --set"),  # whole
+    ("chunkflow:k", "chunkflow:k", "write each option as key=value")])
+def test_a_bad_strategy_option_is_echoed_as_written(capsys, spec, got, fix):
+    # the echo dropped quotes, wrote Python's True, or cut a list at its comma (a probe)
+    assert main(["compare", str(REPO / "scenarios/quickstart.toml"), "--strategies", spec]) == 2
+    err = capsys.readouterr().err
+    assert f"{got}')" in err and fix in err and len(err.strip().splitlines()) == 1
+
+
 def test_compare_speedup_is_throughput_when_batches_differ(capsys):
     """Sorted batching samples its own batches (other tokens per iteration): the speedup is the
     ratio of tokens per second, not of iteration times."""
