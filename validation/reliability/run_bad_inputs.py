@@ -44,6 +44,7 @@ LONG = "n" * 300  # a file name longer than any file system takes (ENAMETOOLONG)
 EPP = "scenarios/infinipipe/gpt-7b-64k-infinipipe.toml"  # InfiniPipe: MILP options
 DIR = object()  # a file spec: make a directory
 FIFO = object()  # a file spec: make a named pipe (reading or writing it would wait for the other end)
+SOCKET = object()  # a file spec: make a unix socket (an output renamed over it replaced it)
 KERNEL = "/proc/kmsg"  # looks like an empty regular file; a read waits for the kernel's next message
 
 
@@ -591,6 +592,22 @@ CASES: tuple[Case, ...] = (
     Case("profile tables", f"validate {QS} --profile cpu-ci", "--profile"),
     Case("output path", "profile --device cpu --out {tmp}/p --model llama-tiny --model llama-tiny",
          "--model"),
+    # -- found by a tenth session's probe ----------------------------------------------------
+    Case("output path", f"simulate {FIG6} --trace {{tmp}}/t.json", "--trace",
+         (("t.json", SOCKET),)),
+    Case("length file", "workload describe {tmp}/l.jsonl", "l.jsonl",
+         (("l.jsonl", f'{{"length": 100, "num_tokens": 200, "note": "{SECRET}"}}\n'),)),
+    Case("command line", "validate scenarios/examples/cpu-llama-tiny-chunkflow.toml --profile "
+         "cpu-ci --set parallel.tp=2 --set parallel.pp=1", "parallel.tp"),
+    Case("strategy options", f"compare {QS} --strategies chunkflow:k=[1,2]", "--strategies"),
+    Case("ltsim check", "check {tmp}/r.toml", "case[0].candidate",
+         (("r.toml", f'# {SECRET}\n[[case]]\nname = "c"\nbaseline = "{REPO}/{FIG2}"\ncandidate = '
+                     f'"{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"\n'
+                     'set = ["workload.lengths=[40000]"]\nmin_speedup = 0.5\n'),)),
+    Case("hardware", f"simulate {QS} --set hardware.loss_kernel=flash", "hardware.loss_kernel"),
+    Case("hardware", f"simulate {FIG6} --set hardware.loss_kernel=fused", "hardware.loss_kernel"),
+    Case("hardware", "validate scenarios/examples/cpu-llama-tiny-chunkflow.toml --profile cpu-ci "
+         "--set hardware.loss_kernel=fused", "hardware.loss_kernel"),
     # -- command line ----------------------------------------------------------------------------------
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
@@ -610,6 +627,11 @@ def prepare(case: Case, tmp: Path) -> list[str]:
             path.mkdir(exist_ok=True)
         elif spec is FIFO:
             os.mkfifo(path)
+        elif spec is SOCKET:
+            import socket
+
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(path))  # the socket file stays when the socket closes
         elif isinstance(spec, Link):
             path.symlink_to(spec.target)
         elif isinstance(spec, HardLink):
