@@ -1,5 +1,5 @@
 """llm-foundry's MPT runs (validation/costs/public_runs.py): every one ran on its GPUs, so ltsim
-must find that each fits. A check that can fail on memory: ten did not before the runs' fused
+must find that each fits. A check that can fail on memory: sixteen did not before the runs' fused
 cross entropy was modelled (validation/costs/public-runs.md)."""
 
 from __future__ import annotations
