@@ -41,6 +41,7 @@ from ltsim.scenario import Scenario, build_scenario
 from ltsim.sim.engine import layerwise_deferrals
 from ltsim.trace import Trace
 from ltsim.units import NO_LIMIT_BYTES
+from ltsim.workload import MAX_BATCH_TOKENS
 
 DEVICE_TERMS = ("weights", "gradients", "optimizer", "activations", "kv_state", "logits", "working")
 TERMS = DEVICE_TERMS + ("host",)
@@ -198,6 +199,9 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     if max_length > MAX_LENGTH:
         raise ConfigError("--max-length", f"a number of tokens <= {MAX_LENGTH:,}", max_length,
                           f"give at most --max-length {MAX_LENGTH}")
+    if mode == "sequence":  # a sequence per DP replica: at most a batch's tokens in all (the
+        # search would else reach lengths refused as workload.lengths, a key nobody gave)
+        max_length = max(step, min(max_length, MAX_BATCH_TOKENS // scenario.parallel.dp))
     max_length -= max_length % step  # the search lands on multiples of the step
     cap_is_longest = False
     if mode not in MODES:

@@ -190,3 +190,18 @@ def test_two_strategies_that_search_alike_are_refused(capsys):
         code = main(["maxlen", str(QUICKSTART), "--strategies", f"spaco,{other}"])
         err = capsys.readouterr().err
         assert code == 2 and f"remove {other}: it runs exactly as spaco" in err
+
+
+def test_a_search_with_room_to_spare_stops_at_a_batch_of_the_workload_cap():
+    # a sequence per DP replica: past 10^9 tokens in all the batch itself is refused, and a
+    # search with a huge limit ended on that refusal, naming workload.lengths (a probe)
+    from ltsim.workload import MAX_BATCH_TOKENS
+
+    scenario = load_scenario(REPO / "scenarios" / "examples" / "chunkflow-fig2-baseline.toml",
+                             ["hardware.memory_limit_gib=1e6", "parallel.pp=1",
+                              "hardware.gpus_per_node=2"], any_workload=True)
+    assert scenario.parallel.dp == 2
+    answer = find_max_length(scenario, step=1 << 20)
+    assert answer.failing is None and answer.max_length == answer.cap
+    assert answer.cap == MAX_BATCH_TOKENS // 2 // (1 << 20) * (1 << 20)
+    assert answer.binds == f"none up to {answer.cap:,} tokens"
