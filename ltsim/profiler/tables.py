@@ -86,7 +86,9 @@ def progress_stream(stream: TextIO | None) -> Iterator[None]:
 
 class Progress:
     """Progress on `stream`: a one-line bar on a terminal, else one line per finished table
-    ("gemm: 330 rows in 22.5 s"), so a log file or a batch job's output shows it too.
+    ("gemm: 330 rows in 22.5 s"), and one every LINE_EVERY_S within a table ("gemm: 12 of 330
+    rows, 60 s"; a large model's GEMMs on a CPU ran minutes without a word), so a log file or a
+    batch job's output shows it too.
 
     Without `stream`, the one set by `progress_stream`; with neither (or not `enabled`), nothing.
     """
@@ -96,10 +98,15 @@ class Progress:
         shown = enabled and self.stream is not None
         self.bar = shown and _isatty(self.stream)
         self.lines = shown and not self.bar
-        self.start_s = time.perf_counter()
+        self.start_s = self.said_s = time.perf_counter()
+
+    LINE_EVERY_S = 30.0
 
     def update(self, table: str, done: float, total: int) -> None:
-        """Redraw the bar (a terminal only)."""
+        """Redraw the bar on a terminal; elsewhere a line when LINE_EVERY_S have passed."""
+        if self.lines and time.perf_counter() - self.said_s >= self.LINE_EVERY_S:
+            self.line(f"{table}: {done:.0f} of {total} rows, "
+                      f"{time.perf_counter() - self.start_s:.0f} s")
         if not self.bar or self.stream is None:
             return
         width = 30
@@ -121,6 +128,7 @@ class Progress:
             return
         self.stream.write(text + "\n")
         self.stream.flush()
+        self.said_s = time.perf_counter()
 
 
 def _isatty(stream: TextIO | None) -> bool:

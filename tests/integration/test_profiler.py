@@ -10,6 +10,7 @@ import argparse
 import io
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -264,7 +265,7 @@ def test_a_checkpoints_record_that_does_not_read_is_no_record(tmp_path: Path) ->
     assert partial_made_with(tmp_path, "x") == {"args": {"threads": 1}}
 
 
-def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
+def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere(monkeypatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -276,6 +277,15 @@ def test_progress_bar_on_a_terminal_and_a_line_per_table_elsewhere() -> None:
     assert quiet.getvalue() == "gemm: 330 rows in 22.5 s\n"
     assert "\r" in tty.getvalue() and "1/2" in tty.getvalue() and "rows in" not in tty.getvalue()
     assert off.getvalue() == ""
+    # a long table says where it is every LINE_EVERY_S, not only when it ends
+    clock = iter([0.0, 10.0, 31.0, 31.0, 31.0, 40.0, 70.0, 70.0, 70.0])
+    monkeypatch.setattr("ltsim.profiler.tables.time.perf_counter", lambda: next(clock))
+    log = io.StringIO()
+    progress = Progress(enabled=True, stream=log)
+    for done in (1, 2, 3, 4):
+        progress.update("gemm", done, 330)
+    monkeypatch.undo()
+    assert log.getvalue() == "gemm: 2 of 330 rows, 31 s\ngemm: 4 of 330 rows, 70 s\n"
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -394,7 +404,9 @@ def test_one_device_skips_collectives_and_the_profile_still_loads_and_simulates(
 def test_progress_shows_a_line_per_table_when_not_on_a_terminal(
         one_device_profile: tuple[Path, str, list[str]]) -> None:
     out, shown, _ = one_device_profile
-    lines = shown.splitlines()
+    # (a table past Progress.LINE_EVERY_S also says where it is: "gemm: 12 of 330 rows, 31 s")
+    interim = re.compile(r"\w+: \d+ of \d+ rows, \d+ s")
+    lines = [line for line in shown.splitlines() if not interim.fullmatch(line)]
     names = ("gemm", "gemm_bwd", "elementwise", "attention", "attention_varlen", "memory", "eager",
              "optimizer")
     assert [line.split(":")[0] for line in lines] == list(names)
