@@ -166,7 +166,8 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     done = {key: row for key, (digest, row) in stored.items()
             if digest == inputs.get(key) and _usable(row)}
     todo = [p for p in points if point_key(p) not in done]
-    stale = sum(1 for p in todo if point_key(p) in stored)
+    stale = sum(1 for p in todo if point_key(p) in stored  # (a row edited by hand and left
+                and stored[point_key(p)][0] != inputs.get(point_key(p)))  # unusable is not)
     if stale and on_stale:
         on_stale(stale)
     if len(todo) < len(points) and on_reused:

@@ -201,6 +201,7 @@ def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored
     assert main(args) == 0
     again = capsys.readouterr()
     assert json.loads(again.out) == first and "points read" not in again.err
+    assert "stale" not in again.err  # its inputs did not change (it said so: a probe)
 
 
 def test_a_damaged_store_is_bad_input(tmp_path, capsys):
