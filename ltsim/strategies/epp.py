@@ -42,7 +42,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ltsim.errors import ConfigError
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
 from ltsim.strategies import milp
 from ltsim.strategies.schedule import Layout, one_layer_work
@@ -182,6 +181,38 @@ def windows(order: list[tuple[OpKind, int]]) -> list[tuple[int, ...]]:
     return list(seen)
 
 
+def in_flight_pairs(order: list[tuple[OpKind, int]]) -> int:
+    """The chunks in flight summed over the backwards of ``order``: what ``windows`` holds, and
+    more where a set repeats; counted without making them."""
+    live: set[int] = set()
+    pairs = 0
+    for kind, chunk in order:
+        if kind is OpKind.F:
+            live.add(chunk)
+        else:
+            pairs += len(live)
+            live.discard(chunk)
+    return pairs
+
+
+#: The most (window, chunk) pairs one pipeline's checkpointing problem may hold (counted by
+#: ``in_flight_pairs``). A window is the chunks in flight at a backward, so a long sequence of n
+#: chunks, all in flight before its first backward, makes about n^2 / 2 per stage: 4,095 chunks
+#: of one sequence on 2 stages (16.8M pairs) plan in about 5 s and 0.9 GB; 8,192 took minutes
+#: and 8 GB (a probe of `ltsim maxlen` with a petabyte memory limit). The bundled scenarios'
+#: largest holds 12,560; a Seq1F1B batch of 4,096 sequences in 2K chunks (7,177 chunks) 959,538.
+MAX_WINDOW_PAIRS = 1 << 24
+
+
+class ProblemTooLarge(Exception):
+    """A checkpointing problem of more than MAX_WINDOW_PAIRS pairs; its strategy says which of its
+    options made it (ltsim/strategies/infinipipe.py build)."""
+
+    def __init__(self, pairs: int) -> None:
+        super().__init__(f"{pairs:,} (window, chunk) pairs, past {MAX_WINDOW_PAIRS:,}")
+        self.pairs = pairs
+
+
 def ckpt_index(stage: int, num_stages: int, rank: int) -> int:
     """Eq. 15-16: the anti-diagonal variable of the chunk ranked ``rank`` in backward order on
     ``stage`` (0-based; the paper's p = stage + 1): C[d_p - p + f2b[k]]."""
@@ -218,30 +249,21 @@ class Problem:
         return bool(np.all(lhs >= self.need - 1e-6 * np.maximum(1.0, np.abs(self.need))))
 
 
-#: The most chunks one pipeline's checkpointing problem takes: its windows pair every chunk with
-#: the chunks in flight beside it, so rows x chunks grow with the square (4,096 chunks: 9 s and
-#: 1.1 GB for one Seq1F1B plan of a 64M-token sequence; 8,192 took minutes and 8 GB, a probe of
-#: `ltsim maxlen` with a petabyte memory limit). The bundled scenarios have at most 257.
-MAX_PIPELINE_CHUNKS = 4096
-
-
 def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
                   warmup: str, max_layers: int) -> Problem:
     """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged), G_p the
-    stage's budget less the largest working set among the window's chunks. Raises ConfigError
-    for a pipeline of more than MAX_PIPELINE_CHUNKS chunks."""
-    count = sum(len(u) for u in units)
-    if count > MAX_PIPELINE_CHUNKS:
-        raise ConfigError("workload", f"a pipeline of at most {MAX_PIPELINE_CHUNKS:,} chunks to "
-                          "plan its checkpointing (the problem grows with the square of them)",
-                          f"{count:,} chunks", "use larger chunks (strategy.chunk_size), more "
-                          "DP replicas, or shorter sequences")
+    stage's budget less the largest working set among the window's chunks. Raises
+    ProblemTooLarge past MAX_WINDOW_PAIRS (window, chunk) pairs."""
     num_stages = len(budgets)
+    orders = [pipeline_order(units, stage, num_stages, warmup) for stage in range(num_stages)]
+    pairs = sum(map(in_flight_pairs, orders))  # before any is held
+    if pairs > MAX_WINDOW_PAIRS:
+        raise ProblemTooLarge(pairs)
     rank = backward_rank(units)
     num_vars = len(rank) + num_stages - 1
     rows: dict[tuple, None] = {}
-    for stage in range(num_stages):
-        for window in windows(pipeline_order(units, stage, num_stages, warmup)):
+    for stage, order in enumerate(orders):
+        for window in windows(order):
             rows[(stage, window)] = None
     # every (row, chunk) pair flat, so the sums, maxima and the matrix are numpy reductions
     chunks = sorted(rank, key=rank.get)  # row i of the arrays: the chunk of backward rank i
@@ -259,10 +281,12 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
     need = (np.bincount(row_of, weights=base[member, stage_of], minlength=len(rows))
             - np.asarray(budgets, dtype=float)[stage_of[starts]]
             + np.maximum.reduceat(transient[member, stage_of], starts))
-    matrix = np.zeros((len(rows), num_vars))
-    np.add.at(matrix, (row_of, column), saved[member, stage_of])
     keep = need > 0  # a window that fits with nothing checkpointed constrains nothing
-    return Problem(num_vars, max_layers, matrix[keep], need[keep])
+    at = np.cumsum(keep) - 1  # a kept row's place in the matrix (only they are made)
+    pair = keep[row_of]
+    matrix = np.zeros((int(keep.sum()), num_vars))
+    np.add.at(matrix, (at[row_of[pair]], column[pair]), saved[member[pair], stage_of[pair]])
+    return Problem(num_vars, max_layers, matrix, need[keep])
 
 
 def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,

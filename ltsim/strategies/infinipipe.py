@@ -155,7 +155,10 @@ class Planner:
         for n in range(1, MAX_SLICES + 1):
             if n > 1 and longest < n * MIN_SLICE_TOKENS:
                 break
-            found = self._evaluate(lengths, n, force=False, relax=True)
+            try:
+                found = self._evaluate(lengths, n, force=False, relax=True)
+            except epp.ProblemTooLarge:  # too many slices to plan: a smaller N may do
+                found = None
             if found is None:
                 continue
             if best is None or found.estimate_s < best.estimate_s:
@@ -259,8 +262,10 @@ def stage_order(pipes: list[epp.Pipeline], keep: Keep, device: int, stage: int,
 
 def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict, keep: Keep,
           make_units: MakeUnits, num_slices: int | str, mode: str, warmup: str, grouping: bool,
-          time_limit_s: float) -> Plan:
-    """Plan every replica with the Planner and lower the stages' orders (shared with Seq1F1B)."""
+          time_limit_s: float, knob: tuple[str, str]) -> Plan:
+    """Plan every replica with the Planner and lower the stages' orders (shared with Seq1F1B).
+    ``knob``: the option that sets how many chunks a sequence makes, and how to make fewer, for
+    a batch whose checkpointing problem is too large to plan (epp.ProblemTooLarge)."""
     started = time.perf_counter()
     layout = ulysses_layout(ctx)
     planner = Planner(epp.StageCosts(ctx.cost, layout, keep), make_units, mode=mode,
@@ -271,7 +276,14 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         if not seq_ids:
             continue
-        planned = planner.plan({s: batch[s] for s in seq_ids}, num_slices)
+        try:
+            planned = planner.plan({s: batch[s] for s in seq_ids}, num_slices)
+        except epp.ProblemTooLarge as exc:
+            key, fix = knob
+            raise ConfigError(key, f"such that a pipeline's checkpointing problem holds at most "
+                              f"{epp.MAX_WINDOW_PAIRS:,} (window, chunk) pairs (about n^2 / 2 a "
+                              "stage for a sequence of n chunks)", options.get(key.split(".")[-1]),
+                              fix, context=f"this batch makes more than {exc.pairs:,}") from None
         offset = len(chunks)
         chunks += [Chunk(offset + i, slices, replica) for i, slices in enumerate(planned.chunks)]
         pipes = [replace(p, units=tuple(tuple(offset + c for c in u) for u in p.units))
@@ -307,4 +319,6 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     return build(batch, ctx, name=NAME, options=asdict(options), keep=keep,
                  make_units=_units(options), num_slices=options.num_slices,
                  mode=options.checkpointing, warmup=options.warmup, grouping=options.grouping,
-                 time_limit_s=options.milp_time_limit_s)
+                 time_limit_s=options.milp_time_limit_s,
+                 knob=("strategy.num_slices", "use fewer slices per sequence (or \"auto\"), or "
+                       "fewer sequences per DP replica"))

@@ -93,6 +93,9 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
         return [Unit(segments(seq, length, options, costs), split=True)
                 for seq, length in sorted(lengths.items(), key=lambda kv: (-kv[1], kv[0]))]
 
+    knob = (("strategy.chunk_size", "use larger chunks, or fewer tokens per DP replica")
+            if options.variant == "enhanced" else
+            ("strategy.num_splits", "split each sequence fewer times"))
     return build(batch, ctx, name=NAME, options=asdict(options), keep=keep, make_units=make_units,
                  num_slices=1, mode=options.checkpointing, warmup="prefill", grouping=False,
-                 time_limit_s=options.milp_time_limit_s)
+                 time_limit_s=options.milp_time_limit_s, knob=knob)

@@ -309,12 +309,25 @@ def test_a_batch_that_cannot_fit_says_so():
     assert not sim.plans[0].options["all_solved"] and not sim.result.fits
 
 
-def test_a_pipeline_past_the_chunk_cap_is_refused_before_its_problem_is_built():
-    # the checkpointing problem pairs every chunk with those in flight beside it: 8,192 chunks
-    # took minutes and 8 GB (ltsim maxlen with a petabyte limit searched that far); past the cap
-    # a plan is refused, so the search stops there with its reason
+def test_a_checkpointing_problem_past_its_size_is_refused_by_the_option_that_made_it():
+    # the windows pair every chunk in flight at a backward: a sequence of n chunks makes about
+    # n^2 / 2 a stage; 8,192 chunks took minutes and 8 GB (ltsim maxlen with a petabyte limit
+    # searched that far). Past MAX_WINDOW_PAIRS the plan is refused naming the option, before
+    # the pairs are held; a batch of many short chunks (few pairs) still plans
     from ltsim.errors import ConfigError
+    from tests.conftest import unit_ctx
 
-    cap = epp.MAX_PIPELINE_CHUNKS
-    with pytest.raises(ConfigError, match=rf"at most {cap:,} chunks.*\(got '{cap + 1:,} chunks'\)"):
-        epp.build_problem([list(range(cap)), [cap]], {}, [1.0, 1.0], "prefill", 1)
+    n = 6000  # one sequence: 18M pairs a stage, counted without being made
+    order = [(OpKind.F, c) for c in range(n)] + [(OpKind.B, c) for c in reversed(range(n))]
+    assert epp.in_flight_pairs(order) == n * (n + 1) // 2 > epp.MAX_WINDOW_PAIRS
+    short = order[:200] + order[-200:]
+    assert epp.in_flight_pairs(short) == sum(map(len, epp.windows(short))) == 200 * 201 // 2
+    ctx = unit_ctx(pp=2, recompute="selective")
+    strategy = REGISTRY["seq1f1b"]
+    options = strategy.parse({"chunk_size": 1, "checkpointing": "full", "variant": "enhanced"})
+    with pytest.raises(ConfigError, match=r"'strategy\.chunk_size' must be such that a pipeline's "
+                       r"checkpointing problem holds at most 16,777,216 .*\(got 1\).*"
+                       r"Fix: use larger chunks"):
+        strategy.plan((6000,), ctx, options)
+    plan = strategy.plan((1,) * 6000, ctx, options)  # 6,000 chunks, one in flight at a time
+    assert len(plan.chunks) == 6000
