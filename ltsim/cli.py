@@ -193,7 +193,7 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
         try:
             pairs = [parse_override(o) for o in opts]
         except ConfigError:
-            cut = any(mark in text for mark in "[{\"'")  # a value holding "," or ":" was split
+            cut = any(mark in item for mark in "[{\"'")  # a value holding "," or ":" was split
             raise ConfigError("--strategies", "name:key=value:key=value,... (e.g. "
                               "chunkflow:chunk_size=8192:k=2)", text if cut else item,
                               "give an option whose value holds a comma or colon with --set "
@@ -301,9 +301,10 @@ def _one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
         options = {k: v for k, v in scenario.strategy_options.items() if k != "name"}
         key = (scenario.strategy, repr(get_strategy(scenario.strategy).parse(options)))
         if key in seen:
-            raise ConfigError("--strategies", "strategies that differ once their defaults and the "
-                              "scenario's own options are filled in", text,
-                              f"remove {label}: it runs exactly as {seen[key]}")
+            raise ConfigError("--strategies", "strategies that run differently once their defaults "
+                              "and the scenario's own options are filled in (maxlen: with what "
+                              "the search reads)", text, f"remove {label}: it runs exactly as "
+                              f"{seen[key]}")
         seen[key] = label
 
 

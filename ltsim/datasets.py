@@ -437,17 +437,26 @@ def _read_jsonl(path: str) -> Rows:
             raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,
                               f"add the field to line {i + 1}")
         raw, other = record[field], LENGTH_COLUMNS[1]
-        if field != other and other in record and record[other] != raw:  # as _read_table: which
-            raise ConfigError(KEY, f"a JSON Lines file with one length field ({field} or {other}, "
-                              "or both with the same value)", path,  # is meant is a guess
-                              f"drop the {other} field, or rename it",
-                              context=f"they differ on line {i + 1}")
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (
                 isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer())):
             raise _not_integer(path, f"line {i + 1}")
+        if field != other and other in record and not _same_number(record[other], raw):
+            raise ConfigError(KEY, f"a JSON Lines file with one length field ({field} or {other}, "
+                              "or both with the same value)", path,  # as _read_table: which
+                              f"drop the {other} field, or rename it",  # is meant is a guess
+                              context=f"they differ on line {i + 1}")
         values.append(int(raw)), numbers.append(i)
     where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
     return _as_lengths(path, values, where), where
+
+
+def _same_number(value: Any, length: int | float) -> bool:
+    """Whether a second length field holds ``length`` read as a number, as the table reader
+    compares its columns ("5" and 5 alike)."""
+    try:
+        return not isinstance(value, bool) and float(value) == float(length)
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _read_parquet(data: io.BytesIO, path: str) -> Any:

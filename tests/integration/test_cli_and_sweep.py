@@ -81,7 +81,9 @@ def test_compare_prints_speedups(capsys):
     ('chunkflow:k="2"', 'chunkflow:k="2"', "VALUE an integer"),  # as written, not k=2
     ("megatron-1f1b:micro_batch_size=true", "micro_batch_size=true", "VALUE an integer"),
     ("chunkflow:k=[1,2]", "chunkflow:k=[1,2]", "holds a comma or colon with --set"),  # whole
-    ("chunkflow:k", "chunkflow:k", "write each option as key=value")])
+    ("chunkflow:k", "chunkflow:k", "write each option as key=value"),
+    ('chunkflow:packing="min-bins",megatron-1f1b:k', "megatron-1f1b:k",  # the item at fault
+     "write each option as key=value")])
 def test_a_bad_strategy_option_is_echoed_as_written(capsys, spec, got, fix):
     # the echo dropped quotes, wrote Python's True, or cut a list at its comma (a probe)
     assert main(["compare", str(REPO / "scenarios/quickstart.toml"), "--strategies", spec]) == 2
