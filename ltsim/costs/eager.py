@@ -23,12 +23,12 @@ width column, so there the first model by name); the choice is noted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 import statistics
 
-from ltsim.model import ModelSpec
+from ltsim.model import CATALOG, ModelSpec
 from ltsim.plan import Keep, OpKind
 from ltsim.profiles import Table, read_optional_rows
 
@@ -55,6 +55,17 @@ def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[s
         nearest = sorted(set(models))[0]
     notes.append(f"{table}.csv has no rows for {model.name}; used {nearest}'s")
     return rows.where(model=nearest)
+
+
+def _catalog_shape(model: ModelSpec) -> bool:
+    """Whether ``model`` has its catalog namesake's shape, the one a profile's rows of that name
+    timed (depth and dtype aside: the rows are per layer, and chosen by dtype). A preset with
+    shape overrides keeps the name, not the shape: its whole-op residuals, the measured time
+    less the preset's kernels, cancelled most of a larger vocabulary's cost (MFU 5.7 on the CPU
+    preset; found by a fuzzer)."""
+    base = CATALOG.get(model.name)
+    return base is not None and replace(base, num_layers=model.num_layers,
+                                        dtype=model.dtype) == model
 
 
 def _grouped(rows: Table, keys: tuple[str, ...], reduce) -> dict[tuple, float]:
@@ -110,6 +121,10 @@ class EagerFloor:
         backward = {n: measured["FB"][n] - measured["F"][n] for n in (1, 2)}
         forward = _line(measured["F"])
         own = all(name == model.name for name in rows["model"])
+        if own and not _catalog_shape(model):  # the rows timed the preset, not these widths
+            notes.append(f"eager.csv's {model.name} rows timed its catalog shape: with other "
+                         "widths they give the per-op floor only, not whole-op times")
+            own = False
         return cls(parts={"F": forward, "F_discard": _line(measured["F_discard"]),
                           "B": _line(backward), "R": forward},
                    whole=_whole_ops(whole_rows) if own else {},
