@@ -245,11 +245,16 @@ class GemmLookup:
     FLOPs (constant throughput), never down.
     """
 
-    __slots__ = ("_shapes", "_weights", "_ranges")
+    __slots__ = ("_shapes", "_weights", "_ranges", "best_flops_per_s")
 
     def __init__(self, rows: list[tuple[str, int, int, int, float]], *, quantum: int = 0) -> None:
         points: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
+        #: dtype -> the most FLOP/s any row measured (2 m n k / time)
+        self.best_flops_per_s: dict[str, float] = {}
         for dtype, m, n, k, t in rows:
+            if t > 0:
+                rate = 2.0 * float(m) * float(n) * float(k) / float(t)
+                self.best_flops_per_s[dtype] = max(self.best_flops_per_s.get(dtype, 0.0), rate)
             xs, ys = points.setdefault((dtype, int(n), int(k)), ([], []))
             xs.append(float(m))
             ys.append(float(t))

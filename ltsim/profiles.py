@@ -315,6 +315,10 @@ class Profile:
         return self._cached(("gemm", m, n, k, use),
                             lambda notes: self._gemm.time_s(m, n, k, use, notes))
 
+    def best_gemm_flops_per_s(self, dtype: str) -> float:
+        """The most FLOP/s a gemm.csv row of ``dtype`` (or its stand-in) measured; 0 without."""
+        return self._gemm.best_flops_per_s.get(_stand_in(dtype, self._gemm.dtypes), 0.0)
+
     def gemm_backward_time_s(self, m: int, n: int, k: int, dtype: str = "bf16"
                              ) -> tuple[float, float] | None:
         """(dgrad, wgrad) seconds of the backward of the forward GEMM Y[m,n] = X[m,k] W^T, from

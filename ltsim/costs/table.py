@@ -76,7 +76,14 @@ class TableCostModel:
         self.memory_limit_bytes = int((cluster.limit_bytes - overhead.fixed_bytes)
                                       / (1 + overhead.fragmentation_fraction))
         self.host_memory_limit_bytes = int(cluster.host_limit_bytes)
-        self.peak_flops_per_s = cluster.device.peak_flops_per_s
+        # MFU's peak: the preset's, or what the profile measured where that is more (a CPU's
+        # depends on its cores and vector units: the cpu preset has none and takes the profile's
+        # best GEMM; a GPU preset under its own profile's measurement is noted)
+        measured = self.profile.best_gemm_flops_per_s(model.dtype)
+        self.peak_flops_per_s = max(cluster.device.peak_flops_per_s, measured)
+        if 0 < cluster.device.peak_flops_per_s < measured:
+            self.profile.note(f"gemm.csv measured {measured / 1e12:.3g} TFLOP/s, above the "
+                              f"{cluster.device.name} preset's peak: MFU is taken against it")
         # the executor's SDPA path keeps a concatenated copy of the attention output; with a
         # boolean mask, the mask's bias too
         kernel = self.profile.attention_kernel

@@ -112,8 +112,10 @@ class StageCosts:
         """Device memory for activations on ``stage``: the limit less its static memory."""
         return self.cost.memory_limit_bytes - self.cost.static_memory_bytes(self.devices[stage])
 
-    def chunk(self, slices, nontail: bool) -> ChunkCost:
-        fwd, bwd = self.time(OpKind.F, slices), self.time(OpKind.B, slices)
+    def chunk(self, slices, nontail: bool, *, timed: bool = True) -> ChunkCost:
+        """The chunk's times (0 unless ``timed``: a probe of memory alone prices no kernels, whose
+        lookups would warn of token counts no plan has) and memory per stage."""
+        fwd, bwd = (self.time(OpKind.F, slices), self.time(OpKind.B, slices)) if timed else (0, 0)
         num_layers = self.layers[1] - self.layers[0]
         base, saved, transient = [], [], []
         for stage, device in enumerate(self.devices):

@@ -136,7 +136,7 @@ class Planner:
     def _capacity(self) -> int:
         """F4: the most tokens one chunk may hold: its memory under full checkpointing, with the
         K/V it keeps for later slices and their gradients, alone on the fullest stage."""
-        probe = self.costs.chunk((Slice(0, 0, _PROBE_TOKENS),), nontail=True)
+        probe = self.costs.chunk((Slice(0, 0, _PROBE_TOKENS),), nontail=True, timed=False)
         layers = self.costs.max_ckpt_layers
         tokens = []
         for stage, budget in enumerate(self.budgets):

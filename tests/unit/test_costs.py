@@ -3,6 +3,8 @@ memory from the device alone, per-run warnings, errors for bad profiles."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ltsim.cli import main
@@ -258,3 +260,26 @@ def test_a_preset_with_other_widths_takes_no_whole_op_times_of_its_namesake():
     assert any("timed its catalog shape" in w for w in costs[0].warnings())
     exact = TableCostModel(get_model("llama-tiny"), cluster)  # its own rows still apply
     assert not any("catalog shape" in w for w in exact.warnings())
+
+
+def test_mfu_is_taken_against_at_least_what_the_profile_measured(capsys, repo):
+    # the cpu preset's 0.1 TFLOP/s was below cpu-ci's own GEMMs (0.16 at one thread): a
+    # one-layer model, its LM head most of the work, read MFU 1.13 (a fuzzer). The cpu preset
+    # has no peak of its own; a GPU preset keeps its datasheet peak, above what its profile
+    # measured
+    from ltsim.profiles import load_profile
+
+    cpu = TableCostModel(get_model("llama-tiny"), ClusterSpec(device=get_device("cpu"),
+                                                              gpus_per_node=1))
+    assert cpu.peak_flops_per_s == load_profile("cpu-ci").best_gemm_flops_per_s("fp32") > 0.1e12
+    h100 = get_device("h100-sxm5-80gb")
+    gpu = TableCostModel(get_model("llama-2-7b"), ClusterSpec(device=h100, gpus_per_node=8))
+    assert gpu.peak_flops_per_s == h100.peak_flops_per_s
+    assert gpu.profile.best_gemm_flops_per_s("bf16") < h100.peak_flops_per_s
+    assert main(["simulate", str(repo / "scenarios/seco/cpu-llama-tiny-seco.toml"), "--set",
+                 'strategy.name="seq1f1b"', "--set", 'model.preset="llama-small"', "--set",
+                 "model.num_layers=1", "--set", "workload.lengths=[4096, 4096]", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 < result["mfu"] < 1
+    # and InfiniPipe's capacity probe (a million tokens, memory only) leaves no lookup warnings
+    assert not [w for w in result["warnings"] if "1.04858e+06" in w]
