@@ -199,9 +199,6 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     if max_length > MAX_LENGTH:
         raise ConfigError("--max-length", f"a number of tokens <= {MAX_LENGTH:,}", max_length,
                           f"give at most --max-length {MAX_LENGTH}")
-    if mode == "sequence":  # a sequence per DP replica: at most a batch's tokens in all (the
-        # search would else reach lengths refused as workload.lengths, a key nobody gave)
-        max_length = max(step, min(max_length, MAX_BATCH_TOKENS // scenario.parallel.dp))
     max_length -= max_length % step  # the search lands on multiples of the step
     cap_is_longest = False
     if mode not in MODES:
@@ -223,6 +220,10 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                           "memory limit, so no length is the longest)", None,
                           "set hardware.memory_limit_gib, or bound the search with --max-length",
                           source=scenario.source)
+    if mode == "sequence":  # a sequence per DP replica: at most a batch's tokens in all (the
+        # search would else reach lengths refused as workload.lengths, a key nobody gave)
+        max_length = max(step, min(max_length, MAX_BATCH_TOKENS // scenario.parallel.dp))
+        max_length -= max_length % step
     options = dict(scenario.strategy_options)  # as given: the note names what the search used
     scenario, note = worst_draw(scenario)
     points = {} if points is None else points
