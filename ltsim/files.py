@@ -108,6 +108,15 @@ def write_text_atomically(path: str | os.PathLike, text: str, **kwargs) -> None:
         temp.write_text(text, **kwargs)
 
 
+def literal(text: str) -> str:
+    """``text`` as a figure should show it, verbatim: a ``$`` escaped (matplotlib reads $...$ as
+    mathtext, and a scenario named ``$$`` failed to parse), a file name's undecodable bytes
+    (surrogate escapes, which the font renderer refuses) as U+FFFD."""
+    if not text.isascii():
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text.replace("$", r"\$")
+
+
 def save_figure(fig, out: Path, **kwargs) -> None:
     """``fig.savefig`` (a matplotlib Figure) in the format ``out``'s suffix names, replacing
     ``out`` in one step."""

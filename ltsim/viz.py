@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ltsim.files import save_figure
+from ltsim.files import literal, save_figure
 from ltsim.plan import STREAMS
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -308,15 +308,6 @@ def _unpack(sim_or_trace: Any) -> tuple["Trace", "Plan | None", Any]:
     if hasattr(sim_or_trace, "traces"):
         return sim_or_trace.traces[0], next(iter(sim_or_trace.plans), None), sim_or_trace.result
     return sim_or_trace, None, None
-
-
-def literal(text: str) -> str:
-    """``text`` as a figure should show it, verbatim: a ``$`` escaped (matplotlib reads $...$ as
-    mathtext, and a scenario named ``$$`` failed to parse), a file name's undecodable bytes
-    (surrogate escapes, which the font renderer refuses) as U+FFFD."""
-    if not text.isascii():
-        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return text.replace("$", r"\$")
 
 
 def short(text: str, limit: int = 60) -> str:

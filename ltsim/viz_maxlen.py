@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ltsim.viz import _new_figure, _plain_frame, _save, literal, short
+from ltsim.files import literal
+from ltsim.viz import _new_figure, _plain_frame, _save, short
 
 if TYPE_CHECKING:
     from ltsim.maxlen import MaxLength

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ltsim.viz import _is_dark, _new_figure, _save, literal, short
+from ltsim.files import literal
+from ltsim.viz import _is_dark, _new_figure, _save, short
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -285,7 +285,7 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from ltsim.viz import literal
+    from ltsim.files import literal
 
     source = _truncated(load_dataset(dataset), max_length, key)
     lengths, basis = _lengths_for_stats(source, num_samples, seed)
