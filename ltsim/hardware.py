@@ -111,7 +111,7 @@ PRESETS: dict[str, DeviceSpec] = {
                            host_memory_bytes=64 * GB, host_link_bytes_per_s=32 * GB,
                            host_dram_bytes_per_s=8 * 25.6 * GB / 8),
     # (no peak: MFU's is the best GEMM rate its profile measured, costs/table.py; 0.1 TFLOP/s
-    # before, below the cpu-ci profile's 0.16 at one thread: MFU read up to 1.3, a fuzzer)
+    # before, below the cpu-ci profile's 0.16 at one thread: MFU 1.13 for a one-layer model)
     "cpu": DeviceSpec(name="cpu", memory_bytes=24 * GiB, peak_flops_per_s=0.0,
                       hbm_bytes_per_s=10 * GB, intra_link_bytes_per_s=5 * GB,
                       inter_link_bytes_per_s=1 * GB, profile="cpu-ci", host_memory_bytes=24 * GiB,

@@ -427,8 +427,8 @@ def loss_working_bytes_per_token(model: ModelSpec, parallel: ParallelConfig, *,
     ``logits_bytes_per_token`` keeps: 4 B in bf16, against 12)."""
     if loss_kernel == "fused":
         per_vocab = dtype_bytes(model.dtype) if backward else 0
-        return per_vocab * model.vocab_size / parallel.tp / parallel.cp
-    per_vocab = 2 * FP32_BYTES if backward else FP32_BYTES
+    else:
+        per_vocab = 2 * FP32_BYTES if backward else FP32_BYTES
     return per_vocab * model.vocab_size / parallel.tp / parallel.cp
 
 

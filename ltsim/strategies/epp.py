@@ -200,9 +200,10 @@ def in_flight_pairs(order: list[tuple[OpKind, int]]) -> int:
 #: The most (window, chunk) pairs one pipeline's checkpointing problem may hold (counted by
 #: ``in_flight_pairs``). A window is the chunks in flight at a backward, so a long sequence of n
 #: chunks, all in flight before its first backward, makes about n^2 / 2 per stage: 4,095 chunks
-#: of one sequence on 2 stages (16.8M pairs) plan in about 5 s and 0.9 GB; 8,192 took minutes
-#: and 8 GB (a probe of `ltsim maxlen` with a petabyte memory limit). The bundled scenarios'
-#: largest holds 12,560; a Seq1F1B batch of 4,096 sequences in 2K chunks (7,177 chunks) 959,538.
+#: of one sequence on 2 stages (16.8M pairs) plan in about 5 s and 0.9 GB; 8,192 took 70 s, and
+#: the search went on past 8 GB (a probe of `ltsim maxlen` with a petabyte memory limit, killed
+#: at 120 s with 8.3 GB resident). The bundled scenarios' largest holds 12,560; a Seq1F1B
+#: batch of 4,096 sequences in 2K chunks (7,177 chunks) 959,538.
 MAX_WINDOW_PAIRS = 1 << 24
 
 

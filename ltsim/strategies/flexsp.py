@@ -209,11 +209,15 @@ def sp_slots(num_gpus: int, degrees: list[int], need_max: int, count_max: int) -
     return slots
 
 
-def fits_at_all(lengths: list[int], num_gpus: int, degrees: list[int], capacity: int) -> bool:
+def group_holds(tokens: int, degrees: list[int], capacity: int) -> bool:
+    """Whether the largest SP group's ranks hold a sequence of ``tokens``."""
+    return min_degree(tokens, capacity) <= degrees[-1]
+
+
+def fits_at_all(lengths, num_gpus: int, degrees: list[int], capacity: int) -> bool:
     """Whether a micro-batch of ``lengths`` can fit: its longest sequence in the largest SP
     group's ranks and its tokens in all of them (what ``solve_groups`` checks before its MILP)."""
-    return (min_degree(max(lengths), capacity) <= degrees[-1]
-            and sum(lengths) <= capacity * num_gpus)
+    return group_holds(max(lengths), degrees, capacity) and sum(lengths) <= capacity * num_gpus
 
 
 def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity: int,
@@ -366,27 +370,27 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     solved: dict[tuple[int, ...], Groups] = {}
     calls = 0
 
-    def hopeless(run: list[int]) -> bool:  # a sequence no SP group holds: no count solves it
-        return min_degree(max(batch[i] for i in run), capacity) > degrees[-1]
+    def hopeless(key: tuple[int, ...]) -> bool:  # a sequence no SP group holds: no count
+        return not group_holds(max(key), degrees, capacity)  # of micro-batches solves it
 
     while True:  # more micro-batches until each that a group can hold is solved
         runs = sort_consec(lengths, count)
         keys = [tuple(batch[i] for i in run) for run in runs]
         last = count >= len(lengths)
-        if not last and any(not fits_at_all(list(key), num_gpus, degrees, capacity)
-                            and not hopeless(run) for run, key in zip(runs, keys)):
+        if not last and any(not fits_at_all(key, num_gpus, degrees, capacity)
+                            and not hopeless(key) for key in keys):
             count += 1  # too many tokens in a micro-batch: no need to solve the others
             continue
         answers = []
-        for run, key in zip(runs, keys):  # the longest sequences' first: the likeliest to fail
+        for key in keys:  # the longest sequences' first: the likeliest to fail
             if key not in solved:
                 solved[key] = solve_groups(list(key), num_gpus, degrees, capacity, costs, options)
                 calls += 1
             answers.append(solved[key])
-            if answers[-1].groups is None and not hopeless(run) and not last:
+            if answers[-1].groups is None and not hopeless(key) and not last:
                 break  # this count fails: the other micro-batches need no MILP
-        if last or (len(answers) == len(runs)
-                    and all(a.groups is not None or hopeless(r) for r, a in zip(runs, answers))):
+        if last or (len(answers) == len(keys)
+                    and all(a.groups is not None or hopeless(k) for k, a in zip(keys, answers))):
             break
         count += 1
     keep = keep_policy(par.recompute)

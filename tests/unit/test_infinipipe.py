@@ -311,7 +311,7 @@ def test_a_batch_that_cannot_fit_says_so():
 
 def test_a_checkpointing_problem_past_its_size_is_refused_by_the_option_that_made_it():
     # the windows pair every chunk in flight at a backward: a sequence of n chunks makes about
-    # n^2 / 2 a stage; 8,192 chunks took minutes and 8 GB (ltsim maxlen with a petabyte limit
+    # n^2 / 2 a stage; 8,192 chunks took 70 s, then past 8 GB (ltsim maxlen with a petabyte limit
     # searched that far). Past MAX_WINDOW_PAIRS the plan is refused naming the option, before
     # the pairs are held; a batch of many short chunks (few pairs) still plans
     from ltsim.errors import ConfigError
