@@ -1,0 +1,102 @@
+"""The command line's ``--strategies`` (compare, maxlen): the list parsed, each item made a
+scenario on the base scenario's footing, and two items that would run alike refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ltsim.errors import ConfigError
+
+
+def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """``"megatron-1f1b,chunkflow:chunk_size=8192:k=4"`` -> [(name, overrides), ...]. An empty
+    item or an option given twice is refused rather than dropped."""
+    from ltsim.scenario import parse_override
+
+    items = [s.strip() for s in (text or "").split(",")]
+    if not any(items):
+        raise ConfigError("--strategies", "a comma-separated list of strategy names", text,
+                          "e.g. --strategies megatron-1f1b,chunkflow")
+    out = []
+    for item in items:
+        if not item:
+            raise ConfigError("--strategies", "a comma-separated list without empty items", text,
+                              "remove the extra comma")
+        name, *opts = item.split(":")
+        name = name.strip().lower()  # names are case-insensitive (strategies.get_strategy)
+        try:
+            pairs = [parse_override(o) for o in opts]
+        except ConfigError:
+            cut = any(mark in item for mark in "[{\"'")  # a value holding "," or ":" was split
+            raise ConfigError("--strategies", "name:key=value:key=value,... (e.g. "
+                              "chunkflow:chunk_size=8192:k=2)", text if cut else item,
+                              "give an option whose value holds a comma or colon with --set "
+                              "(here commas separate strategies, colons options)" if cut else
+                              "write each option as key=value after a colon") from None
+        keys = [key for key, _ in pairs]
+        if "name" in keys:  # it would run another strategy under this one's label
+            raise ConfigError("--strategies", "options other than name (the strategy is named "
+                              "before the first colon)", item, "write the other strategy as its "
+                              "own item, e.g. --strategies chunkflow,megatron-1f1b")
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:
+            raise ConfigError("--strategies", "each option once per strategy", item,
+                              f"give {twice} one value (or the strategy twice)")
+        if (name, dict(pairs)) in out:  # the same run twice: a row that says nothing new
+            raise ConfigError("--strategies", "a list naming each strategy with its options once",
+                              text, f"remove the second {item}, or give it other options")
+        out.append((name, dict(pairs)))
+    return out
+
+
+def strategy_scenarios(base: Any, listed: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """The base scenario with each listed strategy and its options, and the base's own strategy
+    options that the strategy also takes."""
+    return [rebuild({**base.raw, "strategy": {"name": name, **shared_options(
+        base.strategy_options, name), **opts}}, base.source, opts) for name, opts in listed]
+
+
+def one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
+    """Two items of ``--strategies`` that resolve to the same strategy and options (one gives a
+    default, or the scenario's own value) would run twice and print the same row."""
+    from ltsim.strategies import get_strategy
+
+    seen: dict[tuple[str, str], str] = {}
+    for label, scenario in runs:
+        options = {k: v for k, v in scenario.strategy_options.items() if k != "name"}
+        key = (scenario.strategy, repr(get_strategy(scenario.strategy).parse(options)))
+        if key in seen:
+            raise ConfigError("--strategies", "strategies that run differently once their defaults "
+                              "and the scenario's own options are filled in (maxlen: with what "
+                              "the search reads)", text, f"remove {label}: it runs exactly as "
+                              f"{seen[key]}")
+        seen[key] = label
+
+
+def shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
+    """The scenario's strategy options that strategy ``name`` also takes (e.g. skrull's
+    bucket_size for deepspeed-cp), so a comparison runs both on the same footing."""
+    import dataclasses
+
+    from ltsim.strategies import get_strategy
+
+    accepted = {f.name for f in dataclasses.fields(get_strategy(name).options_type)}
+    return {k: v for k, v in options.items() if k in accepted}
+
+
+def rebuild(raw: dict[str, Any], source: str, opts: dict[str, Any] | None = None):
+    """The scenario of ``raw``; a bad option that ``--strategies`` gave (``opts``) is named
+    as that flag's, not the scenario file's."""
+    from ltsim.scenario import build_scenario
+    from ltsim.strategies.base import toml_text
+
+    try:
+        return build_scenario(raw, source=source)
+    except ConfigError as exc:
+        given = exc.key.removeprefix("strategy.")
+        if opts and exc.key.startswith("strategy.") and given in opts:
+            name = raw["strategy"]["name"]  # the value as written: k="2", not k=2
+            raise ConfigError("--strategies", exc.rule, f"{name}:{given}={toml_text(opts[given])}",
+                              exc.fix or f"write {name}:{given}=VALUE, VALUE {exc.rule}",
+                              context=f"{name}'s strategy.{given}") from None
+        raise
