@@ -30,7 +30,7 @@ from ltsim.strategies import dacp as sched
 from ltsim.strategies.base import PlanContext, split_replicas
 from ltsim.strategies.deepspeed_cp import bucket_tokens, check_bucket, check_no_pipeline, pack_in_order
 from ltsim.strategies.lowering import lower
-from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy, mems
+from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, mems
 
 NAME = "skrull"
 SCHEDULINGS = ("gds", "none")
@@ -117,8 +117,21 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
 
 
 def _actions(chunk: int, keep: Keep, parts) -> list[Action]:
-    """Forward over the local then the distributed slices, backward in the same order."""
+    """Forward over the local then the distributed slices, backward in the same order. Under full
+    recompute (Keep.INPUT) each part's forward keeps its layer inputs and its backward is preceded
+    by a recompute with a one-layer working set, as ``pipeline.kept_actions`` makes them (what
+    ``bucket_tokens`` sizes the bucket for); the recomputes of both parts run before their
+    backwards, so each distributed step still follows its local one (Eq. 2's overlap)."""
     present = [(slices, split, name) for slices, split, name in parts if slices]
+    if keep is Keep.INPUT:
+        work = Mem("act", keep=Keep.ALL, one_layer=True)
+        forward = [Action(OpKind.F, chunk, keep, allocs=mems("ckpt"), slices=s, split=p, name=n)
+                   for s, p, n in present]
+        redo = [Action(OpKind.R, chunk, keep, allocs=(work,), head=False, slices=s, split=p, name=n)
+                for s, p, n in present]
+        backward = [Action(OpKind.B, chunk, keep, frees=(work, Mem("ckpt")), slices=s, split=p,
+                           name=n) for s, p, n in present]
+        return forward + redo + backward
     forward = [Action(OpKind.F, chunk, keep, allocs=mems("act"), slices=s, split=p, name=n)
                for s, p, n in present]
     backward = [Action(OpKind.B, chunk, keep, frees=mems("act"), slices=s, split=p, name=n)
