@@ -81,17 +81,24 @@ class ComputeCosts:
 
     def time_s(self, kind: OpKind, work: Work, part: str, keep: Keep = Keep.ALL) -> float:
         """Kernel time of the op, and at least the profile's eager floor (eager.py) for the op
-        kind and layer count; the ``attn`` part alone (ring CP's overlapped share) is kernels
-        only, and the ``dense`` part takes what the floor leaves, so the parts add to the whole.
-        On a synchronous device (a CPU) with the model's whole-op rows, the op's kernels plus the
-        measured residual instead (``_residual_s``)."""
+        kind and layer count. Of a CP-split op, the ``dense`` part is its kernels and the ``attn``
+        part takes what the floor leaves beyond them, so the parts add to the whole: the floor is
+        host time over the whole op, which a ring exchange (started with the attention part, the
+        dense part waiting for it) overlaps as it overlaps the attention kernels. The op then
+        takes max(floor, max(attention, exchange) + dense kernels); with the floor's slack on the
+        dense part instead, an exposed exchange came on top of it, and a longer attention
+        shortened the op. On a synchronous device (a CPU) with the model's whole-op rows, the
+        op's kernels plus the measured residual instead (``_residual_s``; the attention part
+        kernels only)."""
         kernels = self._kernels_s(kind, work, part)
-        if self._floor is None or part == "attn":
+        if self._floor is None:
             return kernels
         if self.cluster.device.synchronous and work.num_layers > 0:
             tokens = max(1, -(-work.num_tokens // work.split.cp))
             extra = self._residual_s(kind, tokens, work.num_layers, keep, work.split)
             if extra is not None:
+                if part == "attn":  # the residual rides on the rest of the op
+                    return kernels
                 middle = extra
                 for stage, has in (("first", work.embed), ("last", work.head)):
                     own = self._residual_s(kind, tokens, work.num_layers, keep, work.split,
@@ -104,9 +111,11 @@ class ComputeCosts:
                             kind, max(1, -(-piece.num_tokens // work.split.cp)), piece.start,
                             work.num_layers, keep, work.split)
                 return max(0.0, kernels + extra)
+        if part == "dense":  # the attn part takes the floor's slack
+            return kernels
         floor = self._floor.floor_s(kind, work.num_layers, keep)
-        if part == "dense":  # the attn part plus this one make the whole op's time
-            floor -= self._kernels_s(kind, work, "attn")
+        if part == "attn":  # what the floor leaves beyond the dense part's kernels
+            floor -= self._kernels_s(kind, work, "dense")
         return max(kernels, floor)
 
     def _residual_s(self, kind: OpKind, tokens: int, layers: int, keep: Keep, split: Split,
