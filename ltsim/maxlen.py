@@ -7,9 +7,13 @@ and asks whether the simulated peak fits: device memory under the device's limit
 allocator allowance, as everywhere in ltsim) and host memory under the host limit. L grows by
 doubling from ``step`` until a plan does not fit (or planning refuses the length, e.g. a chunk
 count past the plan limit), then bisects in multiples of ``step``: the answer fits and the answer
-plus ``step`` does not. Memory need not be monotone in L for every strategy (a chunked one can
-cross a chunk-count boundary); bisection reports a length that fits with the next step failing,
-not necessarily the global maximum.
+plus ``step`` does not. Memory need not be monotone in L. A strategy that cuts a sequence into
+chunks (``Strategy.maxlen_period``: ChunkFlow, SeCO, SpaCO) peaks higher as the last chunk fills
+and lower past each chunk's end, so a longer length can fit where a shorter one does not: there a
+length counts as fitting when it and the last chunk end below it fit, so that every length up to
+the answer fits (the failing length reported can then lie within the step above the answer).
+Elsewhere bisection reports a length that fits with the next step failing, not necessarily the
+global maximum.
 
 At each length the peak of the busiest device is split into terms (``peak_terms``): weights,
 gradients, optimizer state (static), activations (activations, checkpoints, stage inputs), K/V
@@ -243,18 +247,37 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                 progress(points[length])
         return points[length]
 
+    period = None
+    if mode == "sequence":
+        from ltsim.strategies import get_strategy
+
+        strategy = get_strategy(scenario.strategy)
+        period = strategy.maxlen_period(strategy.parse(scenario.strategy_options))
+
+    def holds(length: int) -> Point:
+        """The point that decides whether every length up to ``length`` fits: ``length``'s, or,
+        for a strategy that cuts a sequence into chunks of ``period`` tokens (whose peak rises
+        with the last chunk and falls past each chunk's end), that of the last chunk end below
+        it when that one does not fit."""
+        point = probe(length)
+        if point.fits and period and length > period:
+            end = probe((length - 1) // period * period)
+            if not end.fits:
+                return end
+        return point
+
     lo, hi = 0, step
-    while hi <= max_length and probe(hi).fits:
+    while hi <= max_length and holds(hi).fits:
         lo, hi = hi, 2 * hi
     if hi > max_length:  # everything up to the cap fits
         hi = max_length + step
     while hi - lo > step:
         mid = lo + (hi - lo) // (2 * step) * step
-        if probe(mid).fits:
+        if holds(mid).fits:
             lo = mid
         else:
             hi = mid
-    failing = points.get(hi)
+    failing = holds(hi) if hi in points else None
     return MaxLength(strategy=scenario.strategy, options=options, step=step,
                      max_length=lo, at=points.get(lo), failing=failing,
                      points=tuple(points[k] for k in sorted(points)),

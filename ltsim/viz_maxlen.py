@@ -40,13 +40,13 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
         ax.axhline(answer.memory_limit_bytes / 2**30, color="black", linestyle="--", linewidth=1,
                    label="device limit (less allocator allowance)")
         if answer.max_length:
-            ax.axvline(answer.max_length, color="crimson", linewidth=1.2,
+            ax.axvline(answer.max_length, color="black", linewidth=1.5,
                        label=f"longest that fits: {answer.max_length:,}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("workload cut at (tokens)" if answer.mode == "workload"
                       else "sequence length (tokens)")
         ax.set_title(f"{answer.strategy}: max {answer.max_length:,} tokens\n({answer.binds} binds;"
-                     " red line)", fontsize=9)
+                     " solid line)", fontsize=9)
         _plain_frame(ax)
         ax.grid(True, color="0.9")
     handles: dict = {}  # one legend for all panels, below them, so it hides no data

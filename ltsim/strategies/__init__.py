@@ -7,7 +7,9 @@ options)``: the size check its ``plan`` makes first, which a run makes for every
 plans any (a batch too large to plan fails before the progress lines of earlier ones), and
 ``CP_KIND``: the context-parallel kind it always runs (a scenario naming the other is refused), and
 ``maxlen_options(options)``: options ``ltsim maxlen`` searches with, and what they are in words
-(SpaCO's draw of the largest peak). It never talks to the engine or to torch.
+(SpaCO's draw of the largest peak), and ``maxlen_period(options)``: the tokens it cuts a sequence
+into chunks of (its peak grows with the last chunk and falls past each chunk's end). It never
+talks to the engine or to torch.
 """
 
 from __future__ import annotations
@@ -35,11 +37,18 @@ class Strategy:
     # options -> what ltsim maxlen searches with instead (SpaCO's draw of the largest peak), and
     # those options in words
     maxlen_fn: Callable[[Any], tuple[dict[str, Any], str]] | None = None
+    period_fn: Callable[[Any], int] | None = None  # options -> tokens per chunk of a sequence
 
     def maxlen_options(self, options: Any) -> tuple[dict[str, Any], str]:
         """Options ``ltsim maxlen`` searches with in place of ``options``' (none for most), and
         what they are in words ("" when the search runs as ``options`` would)."""
         return self.maxlen_fn(options) if self.maxlen_fn is not None else ({}, "")
+
+    def maxlen_period(self, options: Any) -> int | None:
+        """The tokens this strategy cuts a sequence into chunks of, or None: one sequence's peak
+        then rises with its last chunk and falls past each chunk's end (``ltsim maxlen`` checks
+        a length with the last chunk end below it)."""
+        return self.period_fn(options) if self.period_fn is not None else None
 
     def parse(self, raw: dict[str, Any]) -> Any:
         return parse_options(self.options_type, raw, strategy=self.name)
@@ -61,7 +70,7 @@ class Strategy:
 def _entry(module: ModuleType) -> Strategy:
     return Strategy(module.NAME, module.Options, module.plan, getattr(module, "BATCHING", None),
                     getattr(module, "check_batch", None), getattr(module, "CP_KIND", None),
-                    getattr(module, "maxlen_options", None))
+                    getattr(module, "maxlen_options", None), getattr(module, "maxlen_period", None))
 
 
 REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (

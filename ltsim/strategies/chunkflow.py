@@ -139,6 +139,11 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
     return fwd, bwd
 
 
+def maxlen_period(options: Options) -> int:
+    """A sequence is cut into chunks of ``chunk_size`` tokens (``Strategy.maxlen_period``)."""
+    return options.chunk_size
+
+
 def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> None:
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (at least a chunk per
     chunk_size tokens of each sequence)."""

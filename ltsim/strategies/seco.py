@@ -54,6 +54,11 @@ def check_recompute(ctx: PlanContext, name: str) -> Keep:
     return keep_policy(ctx.parallel.recompute)
 
 
+def maxlen_period(options: Options) -> int:
+    """A sequence is cut into chunks of ``chunk_size`` tokens (``Strategy.maxlen_period``)."""
+    return options.chunk_size
+
+
 def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Any) -> None:
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (SeCO's and SpaCO's:
     their options' chunk_size)."""

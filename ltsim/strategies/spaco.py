@@ -46,7 +46,7 @@ from ltsim.strategies.base import PlanContext, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.schedule import Layout
 
-__all__ = ["NAME", "Options", "check_batch", "maxlen_options", "plan"]
+__all__ = ["NAME", "Options", "check_batch", "maxlen_options", "maxlen_period", "plan"]
 from ltsim.strategies.seco import check_batch, chunked_schedule
 
 NAME = "spaco"
@@ -104,6 +104,11 @@ def maxlen_options(options: Options) -> tuple[dict, str]:
         return ({**worst, "budget": EVERY_CHUNK},
                 'strategy.sampling = "worst" over every chunk (a Bernoulli draw can take them all)')
     return worst, "" if options.sampling == "worst" else 'strategy.sampling = "worst"'
+
+
+def maxlen_period(options: Options) -> int:
+    """A sequence is cut into chunks of ``chunk_size`` tokens (``Strategy.maxlen_period``)."""
+    return options.chunk_size
 
 
 def factor(k: int, options: Options) -> float:

@@ -40,6 +40,24 @@ def test_quickstart_answer_fits_and_the_next_step_does_not(quickstart):
     assert answer.at.time_per_token_s > 0
 
 
+def test_a_chunked_strategy_answers_a_length_every_shorter_one_fits_at(quickstart):
+    # ChunkFlow's peak rises as a sequence's last chunk fills and falls past each chunk's end:
+    # a length past a failing chunk end can fit alone, and bisection with a step off the chunk
+    # size landed there (2,377,000 tokens at --step 1000, above 2,097,152, which does not fit)
+    cost = make_cost_model(quickstart)
+    period = 8192  # the quickstart's chunk_size
+    answers = {step: find_max_length(quickstart, step=step) for step in (1000, 1024)}
+    for step, answer in answers.items():
+        n = answer.max_length
+        assert evaluate(quickstart, n, cost).fits
+        assert evaluate(quickstart, (n - 1) // period * period, cost).fits
+        assert not answer.failing.fits
+        assert n < answer.failing.length <= n + step
+    assert abs(answers[1000].max_length - answers[1024].max_length) < 1024
+    end = answers[1000].failing.length  # a chunk end that does not fit ...
+    assert end % period == 0 and evaluate(quickstart, end + period // 2, cost).fits  # ... past it
+
+
 def test_peak_terms_add_up_to_the_simulated_peak(quickstart):
     scenario = length_scenario(quickstart, 65536)
     cost = make_cost_model(scenario)
