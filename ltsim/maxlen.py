@@ -28,7 +28,9 @@ and searches its cap, ``workload.max_length``, with the sequences over the cap t
 (``overlong = "truncate"``: every cap sees the same draws, so a longer cap never holds less): the
 answer is the longest cap at which every sampled global batch fits, at most the distribution's
 own longest sequence (rounded up to the step), past which every cap draws the same batches. The
-time per token is then the iteration time over the batch's tokens.
+time per token is then the iteration time over the batch's tokens. The sampled batches may hold
+no sequence near the cap (a long-tailed distribution draws few): when one sequence of the
+answer's length per replica does not fit alone, the answer's note says so.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class MaxLength:
         """The term that stops the next step: host memory, the planner, or the largest term."""
         if self.failing is None:
             if self.cap_is_longest:
-                return "none: the whole distribution fits"
+                return "none: every sampled batch fits uncut"
             return f"none up to {self.cap:,} tokens"
         if self.failing.limit == "host":
             return "host"
@@ -278,6 +280,13 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         else:
             hi = mid
     failing = holds(hi) if hi in points else None
+    if mode == "workload" and lo:  # the draws sampled hold few long sequences, if any
+        alone = evaluate(scenario, lo, cost, "sequence")
+        if not alone.fits:
+            note = "; ".join(filter(None, (note, (
+                f"every sampled batch fits at this cut, but one sequence of {lo:,} tokens per "
+                f"replica does not ({alone.reason}): a batch that draws a sequence that long "
+                "fails (`ltsim maxlen` without --workload finds the longest one that fits)"))))
     return MaxLength(strategy=scenario.strategy, options=options, step=step,
                      max_length=lo, at=points.get(lo), failing=failing,
                      points=tuple(points[k] for k in sorted(points)),

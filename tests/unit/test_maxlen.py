@@ -131,6 +131,19 @@ def test_workload_mode_cuts_the_scenarios_own_distribution(quickstart):
     assert whole.max_length == 262144  # chunkflow-eval's longest sequence
 
 
+def test_workload_mode_says_when_one_sequence_of_the_cut_does_not_fit(quickstart):
+    # lmsys-chat-1m is long-tailed: the quickstart's four sampled batches hold no long sequence,
+    # so every cut up to the longest fits; a batch that draws one that long does not
+    lmsys = quickstart.with_overrides({"workload.dataset": "lmsys-chat-1m"})
+    packed = build_scenario({**lmsys.raw, "strategy": {"name": "megatron-1f1b",
+                                                        "pack_tokens": 32768}})
+    answer = find_max_length(packed, step=4096, mode="workload")
+    assert answer.failing is None and answer.binds == "none: every sampled batch fits uncut"
+    assert f"one sequence of {answer.max_length:,} tokens per replica does not" in answer.note
+    assert not evaluate(packed, answer.max_length, make_cost_model(packed)).fits
+    assert "one sequence" not in find_max_length(lmsys, step=4096, mode="workload").note
+
+
 def test_workload_mode_needs_a_distribution(capsys):
     assert main(["maxlen", str(REPO / "scenarios" / "examples" / "chunkflow-cs4-k1.toml"),
                  "--workload"]) == 2
