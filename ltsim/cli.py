@@ -302,15 +302,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         frame = pd.DataFrame([r for r in rows if "error" not in r])
         title = f"{scenario.name}: iteration time"
+        label = ("iteration time (units of work)" if scenario.cluster.device.is_unit
+                 else "iteration time (s)")
         if len(keys) >= 2:
             written("--plot", args.plot, lambda: plot_heatmap(
                 frame, x=keys[0], y=keys[1], value="iteration_time_s", feasible="fits",
-                path=args.plot, title=title))
+                path=args.plot, title=title, others=tuple(keys[2:]), label=label))
             figure = "heatmap"
         else:
             written("--plot", args.plot, lambda: plot_line(
                 frame, x=keys[0], value="iteration_time_s", feasible="fits", path=args.plot,
-                title=title))
+                title=title, others=tuple(keys[1:]), label=label))
             figure = "line chart"
         if not args.json:
             print(f"{figure} written to {args.plot}")

@@ -19,19 +19,22 @@ if TYPE_CHECKING:
 
 
 def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible: str,
-                 path: str | Path, title: str = "", minimize: bool = True) -> Path:
+                 path: str | Path, title: str = "", minimize: bool = True,
+                 others: tuple[str, ...] = (), label: str = "") -> Path:
     """Heatmap of column ``value`` over the (x, y) grid, e.g. iteration_time_s over chunk_size x k.
 
-    Duplicate (x, y) rows are averaged; a cell is feasible only if all its rows are (column
-    ``feasible``). Infeasible cells are hatched grey and labelled OOM, grid points without rows show
-    a dash, and the best feasible cell (min, or max when not ``minimize``) is outlined in red.
+    Rows of one (x, y) cell that differ in the ``others`` keys (a sweep over more keys) are not
+    averaged: the cell shows its best row that fits (column ``feasible``), or is infeasible when
+    none does, and the caption says so. Infeasible cells are hatched grey and labelled OOM, grid
+    points without rows show a dash, and the best feasible cell (min, or max when not
+    ``minimize``) is outlined in red, named with its other keys' values.
     Returns the written path; raises KeyError on a missing column.
     """
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    frame = _comparable(frame, (x, y))
-    grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="mean", dropna=False)
+    frame = _best_rows(_comparable(frame, (x, y)), (x, y), value, feasible, minimize)
+    grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="first", dropna=False)
     grid = grid.sort_index().reindex(sorted(grid.columns), axis=1)
     ok = frame.groupby([y, x])[feasible].all().unstack().reindex_like(grid)
     values = grid.to_numpy(dtype=float)
@@ -40,7 +43,7 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     fig = _new_figure(max(5.0, 1.0 + 0.9 * values.shape[1]), max(3.2, 1.3 + 0.6 * values.shape[0]))
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(shown), cmap="viridis_r", origin="lower", aspect="auto")
-    fig.colorbar(image, ax=ax, label=value, fraction=0.05, pad=0.02)
+    fig.colorbar(image, ax=ax, label=label or value, fraction=0.05, pad=0.02)
     best = None
     if not np.isnan(shown).all():
         best = np.unravel_index(np.nanargmin(shown) if minimize else np.nanargmax(shown), shown.shape)
@@ -49,11 +52,38 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     ax.set_xticks(range(values.shape[1]), [literal(str(c)) for c in grid.columns])
     ax.set_yticks(range(values.shape[0]), [literal(str(i)) for i in grid.index])
     ax.set(xlabel=x, ylabel=y)
-    subtitle = "" if best is None else (f"best: {x}={grid.columns[best[1]]}, {y}={grid.index[best[0]]}"
-                                        f" ({values[best]:.4g})")
-    ax.set_title(literal("\n".join(t for t in (short(title, 80), subtitle) if t)), loc="left",
-                 fontsize=10)
+    subtitle = ""
+    if best is not None:
+        at = {x: grid.columns[best[1]], y: grid.index[best[0]]}
+        row = frame[(frame[x] == at[x]) & (frame[y] == at[y])].iloc[0]
+        subtitle = "best: " + ", ".join(f"{k}={row[k]}" for k in (x, y, *others)) + (
+            f" ({values[best]:.4g})")
+    _title(ax, fig, (short(title, 80), subtitle, _over(others)))
     return _save(fig, path)
+
+
+def _title(ax: "Axes", fig, lines) -> None:
+    """The figure's title lines, each wrapped to the figure's width (about 10 characters an inch
+    at this size: a sweep over more keys names each in its best point)."""
+    import textwrap
+
+    width = max(30, int(fig.get_figwidth() * 10))
+    text = "\n".join(textwrap.fill(t, width, break_on_hyphens=False) for t in lines if t)
+    ax.set_title(literal(text), loc="left", fontsize=10)
+
+
+def _best_rows(frame: "pd.DataFrame", keys: tuple[str, ...], value: str, feasible: str,
+               minimize: bool) -> "pd.DataFrame":
+    """One row per combination of ``keys``: its best row that fits (least ``value``, or most
+    when not ``minimize``), else its best row."""
+    ranked = frame.sort_values(value, ascending=minimize, kind="stable")
+    ranked = ranked.sort_values(feasible, ascending=False, kind="stable")  # fitting rows first
+    return ranked.drop_duplicates(list(keys), keep="first")
+
+
+def _over(others: tuple[str, ...]) -> str:
+    """The caption of a figure whose points are each the best over ``others``."""
+    return f"each point: the best over {', '.join(others)}" if others else ""
 
 
 def _comparable(frame: "pd.DataFrame", keys: tuple[str, ...]) -> "pd.DataFrame":
@@ -86,12 +116,17 @@ def _annotate_cells(ax: "Axes", values, infeasible, image) -> None:
 
 
 def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path: str | Path,
-              title: str = "", minimize: bool = True) -> Path:
-    """Column ``value`` against one swept key ``x`` (rows averaged per x). Points that fit are
-    joined by a line, points that do not are red crosses labelled OOM, and the best that fits is
-    ringed. Returns the written path; raises KeyError on a missing column."""
-    frame = _comparable(frame, (x,))
-    grouped = frame.groupby(x).agg(value=(value, "mean"), ok=(feasible, "all")).sort_index()
+              title: str = "", minimize: bool = True, others: tuple[str, ...] = (),
+              label: str = "") -> Path:
+    """Column ``value`` against one swept key ``x`` (per x its best row that fits, else its best
+    row, over the ``others`` keys). Points that fit are joined by a line, points that do not are
+    red crosses labelled OOM, and the best that fits is ringed, named with its other keys'
+    values; ``label`` names the value axis (default: ``value``). Integer keys get a tick at each
+    value swept. Returns the written path; raises KeyError on a missing column."""
+    frame = _best_rows(_comparable(frame, (x,)), (x,), value, feasible, minimize)
+    grouped = frame.set_index(x)[[value, feasible]].rename(
+        columns={value: "value", feasible: "ok"}).sort_index()
+    grouped["ok"] = grouped["ok"].astype(bool)
     fig = _new_figure(7.0, 3.6)
     ax = fig.add_subplot()
     fits, oom = grouped[grouped["ok"]], grouped[~grouped["ok"]]
@@ -108,10 +143,19 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
         best = fits["value"].idxmin() if minimize else fits["value"].idxmax()
         ax.plot(at([best]), [fits.loc[best, "value"]], marker="o", ms=14, mfc="none",
                 mec="#d62728", mew=2, ls="none")
-        subtitle = f"best that fits: {x}={best} ({fits.loc[best, 'value']:.4g})"
-    ax.set(xlabel=x, ylabel=value)
+        row = frame[frame[x] == best].iloc[0]
+        subtitle = ("best that fits: " + ", ".join(f"{k}={row[k]}" for k in (x, *others))
+                    + f" ({fits.loc[best, 'value']:.4g})")
+    ax.set(xlabel=x, ylabel=label or value)
+    swept = list(grouped.index)
+    if swept and all(isinstance(v, int) and not isinstance(v, bool) for v in swept):
+        from matplotlib.ticker import MaxNLocator
+
+        if len(swept) <= 12:
+            ax.set_xticks(swept)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(color="0.9", lw=0.6)
     ax.legend(frameon=False, fontsize=8)
-    ax.set_title(literal("\n".join(t for t in (short(title, 80), subtitle) if t)), loc="left",
-                 fontsize=10)
+    _title(ax, fig, (short(title, 80), subtitle, _over(others)))
     return _save(fig, path)
