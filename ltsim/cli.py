@@ -22,7 +22,7 @@ from typing import Any
 from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, STDOUT, build_parser
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
 from ltsim.cli_progress import batch_progress, count_progress, maxlen_progress, progress_bar
-from ltsim.cli_strategies import (one_run_each, parse_strategy_list, shared_options,
+from ltsim.cli_strategies import (load_base, one_run_each, parse_strategy_list,
                                   strategy_scenarios)
 from ltsim.errors import ConfigError, LtsimError, PlanError
 from ltsim.files import write_text_atomically
@@ -178,20 +178,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ltsim.report import compare_rows, format_compare
-    from ltsim.scenario import load_scenario, parse_override
     from ltsim.runner import first_plan, make_cost_model, run
 
-    base = load_scenario(args.scenario, args.set)
     listed = parse_strategy_list(args.strategies)
-    taken = {k for name, _ in listed for k in shared_options(base.strategy_options, name)}
-    for text in args.set or []:  # a --set no compared strategy reads would be dropped silently
-        key = parse_override(text)[0]
-        if key.startswith("strategy.") and key.removeprefix("strategy.") not in taken:
-            raise ConfigError("--set", "an option one of the compared strategies takes (--strategies "
-                              "names the strategies)", text, "give each strategy its options in "
-                              "--strategies, e.g. chunkflow:k=2")
+    base, options = load_base(args.scenario, args.set, listed)
     scenarios = [(name + "".join(f" {k}={v}" for k, v in opts.items()), scenario)  # every
-                 for (name, opts), scenario in zip(listed, strategy_scenarios(base, listed))]
+                 for (name, opts), scenario in zip(listed, strategy_scenarios(base, listed,
+                                                                              options))]
     one_run_each(scenarios, args.strategies)  # strategy checked before the first one runs
     # every strategy plans its first batch before any simulation prints progress: one that
     # cannot plan this layout fails at once (the runs then start from those plans)
@@ -208,7 +201,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.maxlen import find_max_length, worst_draw
     from ltsim.report import format_maxlen
-    from ltsim.scenario import load_scenario
 
     if not args.workload:  # one sequence per replica replaces the scenario's [workload]
         ignored = next((o for o in args.set or [] if o.strip().startswith("workload.")), None)
@@ -216,13 +208,13 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
             raise ConfigError("--set", "no workload.* key without --workload (maxlen searches "
                               "one sequence per replica, not the scenario's workload)", ignored,
                               "drop it, or add --workload to scale the workload's lengths")
-    base = load_scenario(args.scenario, args.set, any_workload=not args.workload)
+    listed = parse_strategy_list(args.strategies) if args.strategies is not None else None
+    base, options = load_base(args.scenario, args.set, listed, any_workload=not args.workload)
     check_output("--plot", args.plot)
     check_distinct({"--plot": args.plot}, _inputs(args.scenario, base))
     scenarios = [base]
-    if args.strategies is not None:  # every strategy checked before the first search runs
-        listed = parse_strategy_list(args.strategies)
-        scenarios = strategy_scenarios(base, listed)
+    if listed is not None:  # every strategy checked before the first search runs
+        scenarios = strategy_scenarios(base, listed, options)
         one_run_each([(name + "".join(f":{k}={v}" for k, v in opts.items()),
                         worst_draw(scenario)[0])  # what each search runs (SpaCO: its worst draw)
                        for (name, opts), scenario in zip(listed, scenarios)], args.strategies)

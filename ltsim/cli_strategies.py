@@ -49,11 +49,39 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def strategy_scenarios(base: Any, listed: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[str, Any]]] | None,
+              **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """The scenario at ``path`` with the ``--set`` overrides, and its strategy options. With
+    ``--strategies`` (``listed``), a ``--set strategy.KEY`` is not checked against the file's own
+    strategy but must be an option one of the listed strategies takes (it was refused when the
+    file's strategy did not take it, and dropped unread when none of the listed did)."""
+    from ltsim.scenario import apply_overrides, load_scenario, parse_override
+
+    sets = list(sets or [])
+    ours = [parse_override(t)[0].startswith("strategy.") for t in sets] if listed else []
+    base = load_scenario(path, [t for t, o in zip(sets, ours or [False] * len(sets)) if not o],
+                         **kwargs)
+    given = [t for t, o in zip(sets, ours) if o]
+    if not given:
+        return base, dict(base.strategy_options)
+    options = {**base.strategy_options, **apply_overrides({}, given).get("strategy", {})}
+    taken = {k for name, _ in listed for k in shared_options(options, name)}
+    for text in given:  # a --set no listed strategy reads would be dropped silently
+        if parse_override(text)[0].removeprefix("strategy.") not in taken:
+            raise ConfigError("--set", "an option one of the compared strategies takes "
+                              "(--strategies names the strategies)", text, "give each strategy "
+                              "its options in --strategies, e.g. chunkflow:k=2")
+    return base, options
+
+
+def strategy_scenarios(base: Any, listed: list[tuple[str, dict[str, Any]]],
+                       options: dict[str, Any] | None = None) -> list[Any]:
     """The base scenario with each listed strategy and its options, and the base's own strategy
-    options that the strategy also takes."""
-    return [rebuild({**base.raw, "strategy": {"name": name, **shared_options(
-        base.strategy_options, name), **opts}}, base.source, opts) for name, opts in listed]
+    options (or ``options``, as ``load_base`` gives them) that the strategy also takes."""
+    options = base.strategy_options if options is None else options
+    return [rebuild({**base.raw, "strategy": {"name": name, **shared_options(options, name),
+                                              **opts}}, base.source, opts)
+            for name, opts in listed]
 
 
 def one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
