@@ -55,19 +55,26 @@ def check_no_pipeline(ctx: PlanContext, name: str) -> None:
                           "parallelism)", ctx.parallel.pp, "set parallel.pp = 1")
 
 
-def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str) -> int:
+def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str, *,
+                  sharded: bool = False) -> int:
     """BucketSize C in tokens per rank. "auto": Skrull's Eq. 12, Memory(S) = alpha S + beta, solved
     for the largest S that fits: (usable device memory - static memory) / bytes per token of one
     whole sequence on one rank (all layers, embedding and logits, the recompute policy's
     activations, and the loss's working set at its backward peak), from ltsim's memory model.
     Under full recompute the activations are what the plan holds at the backward: every layer's
-    input and one layer's activations with the logits (pipeline.kept_actions)."""
+    input and one layer's activations with the logits (pipeline.kept_actions). ``sharded``: the
+    plan shards every sequence over the CP group (deepspeed-cp, deepspeed-ulysses), so the bytes
+    per token are those of a sequence of C x cp tokens on one rank, with what its CP kind keeps
+    beyond the plain share (Ulysses' gathered attention output: its buckets did not fit)."""
     if value != "auto":
         return int(value)
     device = layout.rank_devices()[0]
     par = ctx.parallel
-    work = Work(chunk=0, slices=(Slice(0, 0, _PROBE_TOKENS),), layers=device.layers,
-                split=Split(tp=par.tp, sp=par.sequence_parallel), embed=True, head=True)
+    cp = par.cp if sharded else 1
+    split = Split(tp=par.tp, cp=cp, cp_kind=par.cp_kind if sharded else "ring",
+                  sp=par.sequence_parallel)
+    work = Work(chunk=0, slices=(Slice(0, 0, _PROBE_TOKENS * cp),), layers=device.layers,
+                split=split, embed=True, head=True)
     keep = keep_policy(par.recompute)
     if keep is Keep.INPUT:  # what kept_actions holds at the backward: the layer inputs, and one
         # layer's activations with the embedding input and the logits
@@ -102,7 +109,8 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: s
     check_no_pipeline(ctx, name)
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     size = options.micro_batch_size
-    limit = 0 if size else bucket_tokens(ctx, layout, options.bucket_size) * ctx.parallel.cp
+    limit = 0 if size else bucket_tokens(ctx, layout, options.bucket_size,
+                                         sharded=True) * ctx.parallel.cp
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
