@@ -75,6 +75,7 @@ class StageCosts:
         self.layers = self.stage_layers[0]
         self._gpus = layout.gpus_of(self.devices[0])
         self._times: dict = {}
+        self._coll = self._zero3_colls()
 
     @property
     def num_stages(self) -> int:
@@ -104,6 +105,22 @@ class StageCosts:
             self._times[key] = value
         return value
 
+    def _zero3_colls(self) -> tuple[float, float]:
+        """Under ZeRO-3 (add_zero3_gathers, add_dp_reduction): the all-gather of the first
+        stage's parameters before each of its compute ops, and the gradients' reduce-scatter
+        after each backward, on the stage's collective stream (0, 0 otherwise)."""
+        device = self.devices[0]
+        if device.zero_stage < 3 or device.num_shards <= 1:
+            return 0.0, 0.0
+        ranks = [r for d in self.layout.devices() if d.stage == device.stage
+                 for r in self.layout.gpus_of(d)]
+        gpus = (min(ranks), max(ranks))
+        params = Work(chunk=-1, slices=(), layers=self.layers, split=Split(tp=device.tp))
+        gather = Comm("all_gather", "params", params, group_size=device.num_shards, gpus=gpus)
+        grads = Comm("reduce_scatter", "grads" if device.grad_dtype == "fp32" else "model_grads",
+                     params, group_size=device.num_shards, gpus=gpus)
+        return self.cost.comm_s(gather), self.cost.comm_s(grads)
+
     def chunk_time(self, slices: tuple[Slice, ...]) -> float:
         """What Alg. 1 balances: a chunk's backward time (Eq. 4)."""
         return self.time(OpKind.B, slices)
@@ -114,8 +131,14 @@ class StageCosts:
 
     def chunk(self, slices, nontail: bool, *, timed: bool = True) -> ChunkCost:
         """The chunk's times (0 unless ``timed``: a probe of memory alone prices no kernels, whose
-        lookups would warn of token counts no plan has) and memory per stage."""
+        lookups would warn of token counts no plan has) and memory per stage. Under ZeRO-3 a
+        pass takes at least the parameter all-gather it waits for, and the backward at least that
+        and the reduce-scatter after it: the collective stream runs them one after another, so
+        a chunk too short to hide them waits for them (one op ahead, as the lowering prefetches)."""
         fwd, bwd = (self.time(OpKind.F, slices), self.time(OpKind.B, slices)) if timed else (0, 0)
+        if timed:
+            gather, reduce = self._coll
+            fwd, bwd = max(fwd, gather), max(bwd, gather + reduce)
         num_layers = self.layers[1] - self.layers[0]
         base, saved, transient = [], [], []
         for stage, device in enumerate(self.devices):
@@ -250,6 +273,12 @@ class Problem:
     def feasible(self, values) -> bool:
         lhs = self.matrix @ np.asarray(values, dtype=float)
         return bool(np.all(lhs >= self.need - 1e-6 * np.maximum(1.0, np.abs(self.need))))
+
+    def shortfall(self, values) -> float:
+        """The most bytes a stage and window lacks with ``values`` (0 when they fit)."""
+        if not len(self.need):
+            return 0.0
+        return max(0.0, float(np.max(self.need - self.matrix @ np.asarray(values, dtype=float))))
 
 
 def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],

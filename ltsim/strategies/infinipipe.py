@@ -9,9 +9,11 @@ attention), pipeline parallelism across stages (``parallel.pp`` = d_p), ZeRO (``
    slice (token-level PP for the long, batch-level PP for the short). ``num_slices`` N is given or,
    "auto", searched (PAPERS.md F3): N from the fewest slices whose chunks fit a chunk's token
    capacity (F4) upwards, keeping the N of least estimated time, until two N in a row do no
-   better (or slices would average under 128 tokens, or N reaches 64). The estimate is Eq. 12
-   with Eq. 13's terms: the chunks' busy time on one stage plus, per pipeline, delta and the
-   recomputation.
+   better than one that fits (or slices would average under 128 tokens, or N reaches 64; while
+   no N fits, the search goes on). The estimate is Eq. 12 with Eq. 13's terms: the chunks' busy
+   time on one stage plus, per pipeline, delta and the recomputation; under ZeRO-3 a chunk's
+   pass takes at least the parameter all-gather it waits for (and its backward the gradient
+   reduce-scatter after it), which short chunks expose (epp.StageCosts.chunk).
 2. **Scheduling** (epp): the grouping DP of Eq. 14 cuts the units into consecutive 1F1B pipelines
    (gradient accumulation across them; a pipeline starts once the previous one has drained). The
    DP prices each range on the LP relaxation of the checkpointing MILP of Eq. 15-20, rounded up
@@ -120,6 +122,7 @@ class Planned:
     pipelines: tuple[epp.Pipeline, ...]
     num_slices: int
     estimate_s: float
+    shortfall: float = 0.0  # bytes every layer checkpointed still lacks (when nothing fits)
 
 
 class Planner:
@@ -163,10 +166,12 @@ class Planner:
                 continue
             if best is None or found.estimate_s < best.estimate_s:
                 best, worse = found, 0
-            else:  # no better (or, while nothing fits, still nothing)
+            elif math.isfinite(best.estimate_s):  # no better than a plan that fits
                 worse += 1
                 if worse >= _PATIENCE:
                     break
+            elif not math.isfinite(found.estimate_s) and found.shortfall < best.shortfall:
+                best = found  # nothing fits yet: the N that comes closest, and search on
         return self._evaluate(lengths, best.num_slices if best is not None else MAX_SLICES)
 
     def _evaluate(self, lengths: dict[int, int], num_slices: int, force: bool = True,
@@ -203,6 +208,10 @@ class Planner:
             ordered = epp.sort_longest_first(units, tokens)
             pipes = [epp.Pipeline(tuple(map(tuple, ordered)),
                                   epp.Checkpointing(values, "infeasible"), math.inf)]
+            problem = epp.build_problem(ordered, costs, self.budgets, self.warmup,
+                                        self.costs.max_ckpt_layers)
+            return Planned(tuple(chunks), tuple(map(tuple, units)), tuple(pipes), num_slices,
+                           math.inf, problem.shortfall(values))
         busy = sum(c.fwd_s + c.bwd_s for c in costs.values())
         return Planned(tuple(chunks), tuple(map(tuple, units)), tuple(pipes), num_slices,
                        busy + total)

@@ -331,3 +331,32 @@ def test_a_checkpointing_problem_past_its_size_is_refused_by_the_option_that_mad
         strategy.plan((6000,), ctx, options)
     plan = strategy.plan((1,) * 6000, ctx, options)  # 6,000 chunks, one in flight at a time
     assert len(plan.chunks) == 6000
+
+
+GPT7B = REPO / "scenarios" / "infinipipe" / "gpt-7b-64k-infinipipe.toml"
+
+
+def _simulated(*sets):
+    from ltsim.runner import simulate
+
+    return simulate(load_scenario(GPT7B, list(sets)))
+
+
+def test_auto_slices_search_on_while_no_count_fits():
+    # at 786,432 tokens no N fits the planner's memory model: the search stopped two N past the
+    # first and ran N = 12, which does not fit; every layer checkpointed at N = 64 does
+    auto = _simulated("workload={lengths=[786432], num_batches=1}")
+    assert auto.fits and auto.strategy_options["num_slices"] > 14
+    fixed = _simulated("workload={lengths=[786432], num_batches=1}", "strategy.num_slices=12")
+    assert not fixed.fits
+
+
+def test_auto_slices_price_the_zero3_gathers_short_chunks_wait_for():
+    # at 7,168 tokens the estimate without ZeRO-3's per-op parameter gathers chose N = 3 (1.08 s)
+    # over N = 1 (0.53 s), and 8,192 tokens then ran faster than 7,168
+    times = []
+    for length in (6144, 7168, 8192, 10240):
+        result = _simulated(f"workload.fixed_length={length}", "workload.global_batch_size=4")
+        times.append(result.batches[0].iteration_time_s)
+        assert result.strategy_options["num_slices"] == 1
+    assert times == sorted(times)
