@@ -1,4 +1,4 @@
-"""Rebuild the shipped profiles a100-sxm4-80gb, h100-sxm5-80gb-public and h200 from public measurements.
+"""Rebuild the shipped profiles a100-sxm4-80gb, h100-sxm5-80gb-public and h200-public from public measurements.
 
     python profiles/build_public.py [--data DIR] [--only a100|h100|h200]
 
@@ -272,7 +272,9 @@ def build_h200(h100: dict) -> dict[str, pd.DataFrame]:
                     "to meet the published 16 GiB ring points"))},
         command="python profiles/build_public.py --only h200",
         notes="Compute tables are H100's (see tables.*.borrowed); memory 141 GB (hardware.py). "
-              "Intra-node all_to_all uses the 0.5 x all_reduce rule (see the h100 profile's notes).")
+              "Intra-node all_to_all uses the 0.5 x all_reduce rule (see the h100 profile's notes). "
+              "Public data only: the h200 preset's default is profiles/h200 (the measured H100 "
+              "tables with these collectives, profiles/build_h200.py).")
     return {"meta": meta, **tables}
 
 
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.data:
         pub.DATA_DIR = Path(args.data)
-    names = {"a100": "a100-sxm4-80gb", "h100": "h100-sxm5-80gb-public", "h200": "h200"}
+    names = {"a100": "a100-sxm4-80gb", "h100": "h100-sxm5-80gb-public", "h200": "h200-public"}
     built = {}
     if args.only in (None, "a100"):
         built["a100"] = build_a100()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,9 @@ from ltsim.lookup import attention_work
 from ltsim.profile_files import read_meta
 from ltsim.profiles import (PROFILES_DIR, Profile, ProfileMeta, load_profile, read_table,
                             write_meta, write_table)
+from tests.conftest import REPO
 
-SHIPPED = ["a100-sxm4-80gb", "h100-sxm5-80gb-public", "h200"]  # built from published data
+SHIPPED = ["a100-sxm4-80gb", "h100-sxm5-80gb-public", "h200-public"]  # from published data
 POWERS = [2**i for i in range(4, 13)]  # 16 .. 4096
 
 
@@ -510,3 +512,22 @@ def test_gemm_blend_reads_each_curve_as_the_curve_does(name):
                 log_t += w * (math.log(t) - lnk)
             want = math.exp(log_t) * max(1.0, (n * k) / (nc * kc))
             assert gemm.time_s(m, n, k, dtype, notes) == want and notes == want_notes
+
+
+def test_the_h200_preset_prices_with_the_measured_h100_tables():
+    # the same GH100 compute and host: the h200 preset read only public tables (FA3, no eager
+    # floors) while h100's read measured ones, and the quickstart ran 25% faster on "H200"
+    from ltsim.runner import simulate
+    from ltsim.scenario import load_scenario
+
+    h100, h200 = load_profile("h100-sxm5-80gb"), load_profile("h200")
+    for table in ("gemm", "gemm_bwd", "attention", "elementwise", "eager", "optimizer"):
+        assert (Path(h200.path) / f"{table}.csv").read_bytes() == \
+            (Path(h100.path) / f"{table}.csv").read_bytes()
+    assert (Path(h200.path) / "collectives.csv").read_bytes() == \
+        (Path(load_profile("h200-public").path) / "collectives.csv").read_bytes()
+    assert h200.attention_kernel == h100.attention_kernel and h200.memory_bytes == 141 * 10**9
+    times = {preset: simulate(load_scenario(REPO / "scenarios" / "quickstart.toml", [
+        f"hardware.preset={preset}", "workload.num_batches=1"])).batches[0].iteration_time_s
+        for preset in ("h100-sxm5-80gb", "h200")}
+    assert times["h200"] <= times["h100-sxm5-80gb"] < 1.05 * times["h200"]  # collectives alone
