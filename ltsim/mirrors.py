@@ -121,7 +121,7 @@ def expand_plan(plan: Plan) -> Plan:
             for program in by_device.get(src, ()):
                 programs.append(Program(dst, program.stream, tuple(map(renumber.op, program.ops))))
     programs.sort(key=lambda p: (p.device, STREAMS.index(p.stream)))
-    return replace(plan, programs=tuple(programs), mirrors=())
+    return replace(plan.with_programs(tuple(programs)), mirrors=())
 
 
 def expand_trace(trace: Trace, plan: Plan) -> Trace:

@@ -27,10 +27,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from ltsim.errors import PlanError
 from ltsim.work import NO_TILING, Buffer, Chunk, Comm, Keep, Slice, Split, Tiling, Work
+
+if TYPE_CHECKING:
+    from ltsim.optable import OpTable
 
 __all__ = ["BUSY_KINDS", "KINDS", "NO_TILING", "STREAMS", "WORK_KINDS", "Buffer", "Chunk",
            "Comm", "Device", "KindInfo", "Keep", "Mirror", "Op", "OpKey", "OpKind", "Plan", "Program",
@@ -258,17 +261,32 @@ class Plan:
     the dK/dV it received from later chunks by the second before it back-propagates them.
     ``mirrors``: DP replicas that repeat another's programs, which ``programs`` then leaves out
     (:class:`Mirror`; :meth:`expand` gives the plan with every program written out).
+    ``table``: the ops, as columns (ltsim/optable.py); ``programs`` writes them out as Op tuples
+    when first read, and :meth:`with_programs` makes a plan from programs of Op tuples.
     """
 
     strategy: str
     options: dict[str, Any]
     seq_lengths: tuple[int, ...]
     chunks: tuple[Chunk, ...]
-    programs: tuple[Program, ...]
+    table: "OpTable"
     devices: tuple[Device, ...]
     grad_chunks: frozenset[int] | None = None
     grad_scales: tuple[tuple[int, float, float], ...] = ()
     mirrors: tuple[Mirror, ...] = ()
+
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        """The ordered ops of every device stream, as Op tuples (written out once)."""
+        return self.table.to_programs()
+
+    def with_programs(self, programs: tuple[Program, ...]) -> "Plan":
+        """This plan with other programs (a hand-made change; tests, mirrors written out)."""
+        from dataclasses import replace
+
+        from ltsim.optable import OpTable
+
+        return replace(self, table=OpTable.from_programs(programs, self.chunks))
 
     @property
     def num_devices(self) -> int:

@@ -1,14 +1,22 @@
 """Plan validation rules (used by Plan.validate): placement, op contents, coverage, dependencies,
-acyclicity, memory pairing."""
+acyclicity, memory pairing.
+
+The rules read the plan's columns (ltsim/optable.py) as arrays, so a plan is checked in a few
+array passes rather than one Python step per op (issue 13); each reports the first problem in
+program order, as a walk over the programs would, with the key of the op to mark."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from operator import itemgetter
+from itertools import chain
 
-from ltsim.plan import WORK_KINDS, OpKind, Plan
+import numpy as np
 
-_COVERED_PARTS = ("", "dense")  # an "attn" part op repeats its main op's slices
+from ltsim.optable import B, COLL, F, KIND_CODE, OPT, OpTable
+from ltsim.plan import STREAMS, WORK_KINDS, OpKind, Plan
+
+_COVERED_PARTS = (0, 2)  # "" and "dense": an "attn" part op repeats its main op's slices
+_WORK_CODES = np.array(sorted(KIND_CODE[k] for k in WORK_KINDS))
 
 
 def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] | None:
@@ -22,45 +30,71 @@ def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] |
     return None
 
 
-_PLACED = itemgetter(0, 1, 2, 5, 6, 9, 15)  # an Op's kind, device, stage, stream, work, comm, key
-_COVERING = itemgetter(0, 2, 3, 6, 8)  # an Op's kind, stage, chunk, work, part
-_KEY = itemgetter(15)
-_DEPS = itemgetter(10)
-_START_DEPS = itemgetter(11)
-_EFFECTS = itemgetter(12, 13)  # allocs, frees
+def _program_of(table: OpTable, order: np.ndarray) -> np.ndarray:
+    """Per position of ``order``: the index of its program."""
+    sizes = [len(rows) for _, _, rows in table.programs]
+    return np.repeat(np.arange(len(sizes)), sizes)
 
 
 def _check_placement(plan: Plan):
     """Keys are unique, ops run on a device that holds their stage and layers, and each op carries
     what it needs to be priced (compute ops a Work, comm ops a Comm)."""
-    seen: set = set()
+    table = plan.table
+    order = table.order()
+    if not len(order):
+        return None
+    kind, device, stage = (table.array(c)[order] for c in ("kind", "device", "stage"))
+    chunk, name, stream = (table.array(c)[order] for c in ("chunk", "name", "stream"))
+    work, comm = table.array("work")[order], table.array("comm")[order]
+    program = _program_of(table, order)
+    owner = np.array([d for d, _, _ in table.programs])[program]
+    in_stream = np.array([STREAMS.index(s) for _, s, _ in table.programs])[program]
     count = len(plan.devices)
-    stages = [d.stage for d in plan.devices]
-    layers = [d.layers for d in plan.devices]
-    OPT = OpKind.OPT
-    for program in plan.programs:
-        stream, owner = program.stream, program.device
-        for kind, device, stage, op_stream, work, comm, key in map(_PLACED, program.ops):
-            if key in seen:
-                return f"op {key.token} appears twice on device {device}", key
-            seen.add(key)
-            if device != owner:
-                return f"op {key.token} of device {device} is in device {owner}'s program", key
-            if device >= count or stages[device] != stage:
-                return f"op {key.token} runs on device {device}, which does not hold stage {stage}", key
-            if op_stream != stream:
-                return f"op {key.token} is in the {stream} program but says {op_stream}", key
-            if kind in WORK_KINDS:
-                if work is None:
-                    return f"compute op {key.token} has no work", key
-                first, stop = layers[device]
-                low, high = work.layers
-                if not first <= low <= high <= stop:
-                    return (f"op {key.token} covers layers {work.layers}, outside device "
-                            f"{device}'s {first}-{stop}"), key
-            elif comm is None and kind is not OPT:
-                return f"comm op {key.token} says nothing about what it moves", key
-    return None
+    stages = np.array([d.stage for d in plan.devices] + [-1])
+    layers = np.array([d.layers for d in plan.devices] + [(0, 0)]).reshape(-1, 2)
+    # a key seen earlier in program order
+    by_key = np.lexsort((np.arange(len(order)), name, chunk, kind, stage, device))
+    same = np.ones(len(order), dtype=bool)
+    for column in (device, stage, kind, chunk, name):
+        ordered = column[by_key]
+        same[1:] &= ordered[1:] == ordered[:-1]
+    same[0] = False
+    twice = np.zeros(len(order), dtype=bool)
+    twice[by_key[same]] = True
+    known = (device >= 0) & (device < count)
+    slot = np.where(known, device, count)
+    wrong_stage = ~known | (stages[slot] != stage)
+    is_work = np.isin(kind, _WORK_CODES)
+    no_work = is_work & (work < 0)
+    works = table.work_arrays()
+    low = np.where(work >= 0, works["low"][np.maximum(work, 0)] if len(table.works) else 0, 0)
+    high = np.where(work >= 0, works["high"][np.maximum(work, 0)] if len(table.works) else 0, 0)
+    outside = (is_work & (work >= 0) & known
+               & ~((layers[slot, 0] <= low) & (low <= high) & (high <= layers[slot, 1])))
+    no_comm = ~is_work & (comm < 0) & (kind != OPT)
+    bad = twice | (device != owner) | wrong_stage | (stream != in_stream) | no_work | outside | no_comm
+    if not bad.any():
+        return None
+    at = int(np.argmax(bad))
+    row = int(order[at])
+    key = table.key(row)
+    token, where = key.token, int(device[at])
+    if twice[at]:
+        return f"op {token} appears twice on device {where}", key
+    if where != owner[at]:
+        return f"op {token} of device {where} is in device {owner[at]}'s program", key
+    if wrong_stage[at]:
+        return f"op {token} runs on device {where}, which does not hold stage {key.stage}", key
+    if stream[at] != in_stream[at]:
+        return (f"op {token} is in the {STREAMS[in_stream[at]]} program but says "
+                f"{STREAMS[stream[at]]}"), key
+    if no_work[at]:
+        return f"compute op {token} has no work", key
+    if outside[at]:
+        first, stop = plan.devices[where].layers
+        return (f"op {token} covers layers {table.works[work[at]].layers}, outside device "
+                f"{where}'s {first}-{stop}"), key
+    return f"comm op {token} says nothing about what it moves", key
 
 
 def _check_mirrors(plan: Plan):
@@ -68,7 +102,7 @@ def _check_mirrors(plan: Plan):
     source device of the same stage, and each chunk with a source chunk of the same token layout."""
     if not plan.mirrors:
         return None
-    live = {p.device for p in plan.programs}
+    live = {device for device, _, _ in plan.table.programs}
     chunks = {c.index: c for c in plan.chunks}
     lengths = plan.seq_lengths
     layouts: dict[int, list] = {}  # a source chunk's, computed once for all its copies
@@ -112,46 +146,56 @@ def _check_coverage(plan: Plan):
     token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward. A
     mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
+    table = plan.table
     stages = plan.num_stages  # a property over devices: once
-    covered = ({}, {})  # F, B: chunk * stages + stage -> token-layers (placement: stage < stages)
-    weight: dict = {}  # per Work object: F and B of a chunk share one
-    F, B = OpKind.F, OpKind.B
-    for program in plan.programs:
-        if program.stream != "compute":
-            continue
-        width = plan.devices[program.device].cp_width  # placement: the ops are its device's
-        for kind, stage, chunk, work, part in map(_COVERING, program.ops):
-            if (kind is F or kind is B) and part in _COVERED_PARTS:
-                share = weight.get(id(work))
-                if share is None:
-                    share = weight[id(work)] = work.num_tokens * work.num_layers / work.split.cp
-                into = covered[kind is B]
-                index = chunk * stages + stage
-                into[index] = into.get(index, 0) + share * width
-    widths = [stop - first for first, stop in plan.stage_layers]
+    chunk_ids = np.fromiter((c.index for c in plan.chunks), np.int64, len(plan.chunks))
+    size = int(chunk_ids.max()) + 1 if len(chunk_ids) else 0
+    compute = [rows for _, stream, rows in table.programs if stream == "compute"]
+    rows = np.fromiter(chain.from_iterable(compute), np.int64, sum(map(len, compute)))
+    kind, chunk, part, work = (table.array(c)[rows] for c in ("kind", "chunk", "part", "work"))
+    stage, device = table.array("stage")[rows], table.array("device")[rows]
+    counted = (((kind == F) | (kind == B)) & np.isin(part, _COVERED_PARTS) & (chunk >= 0)
+               & (chunk < size))
+    if len(table.works):
+        works = table.work_arrays()
+        layers = works["high"] - works["low"]
+        weight = works["tokens"] * layers / works["cp"]
+        share = weight[work[counted]]
+    else:
+        share = np.zeros(0)
+    widths = np.array([d.cp_width for d in plan.devices])
+    share = share * widths[device[counted]]
+    bins = chunk[counted] * stages + stage[counted]
+    backward = kind[counted] == B
+    forwards = np.bincount(bins[~backward], weights=share[~backward], minlength=size * stages)
+    backwards = np.bincount(bins[backward], weights=share[backward], minlength=size * stages)
+    stage_widths = np.array([stop - first for first, stop in plan.stage_layers])
+    tokens = np.fromiter((c.num_tokens for c in plan.chunks), np.int64, len(plan.chunks))
+    need = (tokens[:, None] * stage_widths[None, :]).astype(float)  # per plan chunk and stage
+    got_f = forwards.reshape(size, stages)[chunk_ids] if size else need * 0
+    got_b = backwards.reshape(size, stages)[chunk_ids] if size else need * 0
     grad_chunks = plan.grad_chunks
+    grad = (np.ones(len(chunk_ids), dtype=bool) if grad_chunks is None
+            else np.isin(chunk_ids, np.array(sorted(grad_chunks), dtype=np.int64)))
     mirrored = {copy for mirror in plan.mirrors for _, copy in mirror.chunks}  # _check_mirrors
-    forwards, backwards = covered
-    for chunk in plan.chunks:
-        if chunk.index in mirrored:
-            continue
-        tokens = chunk.num_tokens
-        grad = grad_chunks is None or chunk.index in grad_chunks
-        base = chunk.index * stages
-        for stage, width in enumerate(widths):
-            need = tokens * width
-            slack = 1e-6 * max(need, 1)
-            got = forwards.get(base + stage, 0)
-            if abs(got - need) > slack:
-                return _uncovered(plan, chunk.index, stage, F, got, need)
-            got = backwards.get(base + stage, 0)
-            if abs(got - need) > slack if grad else abs(got) > 1e-6:
-                return _uncovered(plan, chunk.index, stage, B, got, need if grad else 0)
+    checked = ~np.isin(chunk_ids, np.array(sorted(mirrored), dtype=np.int64))
+    slack = 1e-6 * np.maximum(need, 1)
+    bad_f = np.abs(got_f - need) > slack
+    bad_b = np.where(grad[:, None], np.abs(got_b - need) > slack, np.abs(got_b) > 1e-6)
+    bad = (bad_f | bad_b) & checked[:, None]
+    if bad.any():
+        at, stage_at = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        index = int(chunk_ids[at])
+        if bad_f[at, stage_at]:
+            return _uncovered(plan, index, int(stage_at), OpKind.F, float(got_f[at, stage_at]),
+                              int(need[at, stage_at]))
+        return _uncovered(plan, index, int(stage_at), OpKind.B, float(got_b[at, stage_at]),
+                          int(need[at, stage_at]) if grad[at] else 0)
     seq_tokens = [0] * len(plan.seq_lengths)
-    for chunk in plan.chunks:
-        for piece in chunk.slices:
+    for chunk_ in plan.chunks:
+        for piece in chunk_.slices:
             if not 0 <= piece.seq < len(seq_tokens):
-                return f"chunk {chunk.index} holds sequence {piece.seq}, not in the batch", None
+                return f"chunk {chunk_.index} holds sequence {piece.seq}, not in the batch", None
             seq_tokens[piece.seq] += piece.stop - piece.start
     for seq, length in enumerate(plan.seq_lengths):
         if seq_tokens[seq] != length:
@@ -165,60 +209,59 @@ def _uncovered(plan: Plan, chunk: int, stage: int, kind: OpKind, got: float, wan
     what = "no backward (it gets no gradient)" if not want else "exactly one per stage"
     first = next((op.key for program in plan.programs if program.stream == "compute"
                   for op in program.ops if op.kind is kind and op.stage == stage
-                  and op.chunk == chunk and op.part in _COVERED_PARTS), None)
+                  and op.chunk == chunk and op.part in ("", "dense")), None)
     return (f"chunk {chunk} has {got:g} of {want} token-layers of {kind.value} on stage {stage} "
             f"(each chunk needs {what})", first)
 
 
 def _check_deps(plan: Plan):
     """Every dependency names an op of the plan."""
-    ops = [op for program in plan.programs for op in program.ops]
-    keys = set(map(_KEY, ops))
-    covers = keys.issuperset
-    for op, deps, start_deps in zip(ops, map(_DEPS, ops), map(_START_DEPS, ops)):
-        if not covers(deps) or (start_deps and not covers(start_deps)):
-            for dep in deps + start_deps:
-                if dep not in keys:
-                    return f"op {op.token} on device {op.device} depends on missing op {dep}", op.key
-    return None
+    table = plan.table
+    if not table.missing:
+        return None
+    position = {int(row): i for i, row in enumerate(table.order())}
+    row, dep, _ = min(table.missing, key=lambda m: (position.get(m[0], len(position)), m[2]))
+    key = table.key(row)
+    return f"op {key.token} on device {key.device} depends on missing op {dep}", key
 
 
 def _check_acyclic(plan: Plan):
     """Kahn's algorithm over explicit deps (finish and start) plus program order (collectives
     join their members)."""
-    preds: dict = defaultdict(set)
-    for program in plan.programs:
+    table = plan.table
+    preds: dict[int, set] = defaultdict(set)
+    for _, _, rows in table.programs:
         prev = None
-        for op in program.ops:
-            key = op.key
-            preds[key].update(op.deps + op.start_deps)
+        for row in rows:
+            preds[row].update(table.deps[row] + table.start_deps[row])
             if prev is not None:
-                preds[key].add(prev)
-            prev = key
+                preds[row].add(prev)
+            prev = row
     groups: dict = defaultdict(list)
-    for op in plan.ops():
-        if op.kind is OpKind.COLL and len(op.group) > 1:
-            groups[(op.token, op.group)].append(op.key)
+    for row in table.order().tolist():
+        group = table.groups[table.group[row]]
+        if table.kind[row] == COLL and len(group) > 1:
+            groups[(table.token(row), group)].append(row)
     for members in groups.values():  # a collective starts when all members arrive
         union = set().union(*(preds[m] for m in members)) - set(members)
         for m in members:
             preds[m] = set(union)
     indegree = {k: len(v) for k, v in preds.items()}
     succs: dict = defaultdict(list)
-    for key, ps in preds.items():
+    for row, ps in preds.items():
         for p in ps:
-            succs[p].append(key)
+            succs[p].append(row)
     ready = [k for k, n in indegree.items() if n == 0]
     done = 0
     while ready:
-        key = ready.pop()
+        row = ready.pop()
         done += 1
-        for nxt in succs[key]:
+        for nxt in succs[row]:
             indegree[nxt] -= 1
             if indegree[nxt] == 0:
                 ready.append(nxt)
     if done != len(indegree):
-        stuck = sorted((k for k, n in indegree.items() if n > 0), key=str)
+        stuck = sorted((table.key(k) for k, n in indegree.items() if n > 0), key=str)
         return f"dependency cycle: {len(stuck)} ops can never start (first: {stuck[0]})", stuck[0]
     return None
 
@@ -227,46 +270,60 @@ def _check_buffers(plan: Plan):
     """Per device, every buffer is freed as often as it is allocated; within one program a buffer
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
-    balances: dict[int, dict] = {}  # per device: buffer -> allocations less frees
-    allocated: dict[int, set] = {}  # per device, every buffer any of its programs allocates:
-    # made on first need (a free before its allocation in program order, on another stream)
-
-    def allocated_on(device: int) -> set:
-        found = allocated.get(device)
-        if found is None:
-            found = allocated[device] = {buf for p in plan.programs if p.device == device
-                                         for op in p.ops for buf in op.allocs}
-        return found
-
-    for program in plan.programs:
-        live: set = set()
-        device = program.device
-        balance = balances.get(device)
-        if balance is None:
-            balance = balances[device] = {}
-        for op in program.ops:
-            allocs, frees = _EFFECTS(op)
-            if not (allocs or frees):
-                continue
-            for buf in allocs:
-                if buf in live:
-                    return f"buffer {buf.name} allocated twice on device {device}", op.key
-                live.add(buf)
-                balance[buf] = balance.get(buf, 0) + 1
-            for buf in frees:
-                count = balance[buf] = balance.get(buf, 0) - 1
-                if buf in live:
-                    live.discard(buf)
-                elif count < 0 and buf not in allocated_on(device):
-                    return f"op {op.token} frees buffer {buf.name} that is not allocated", op.key
-    for device, balance in balances.items():
-        for buf, count in balance.items():
-            if count > 0:
-                where = next(op.key for p in plan.programs if p.device == device for op in p.ops
-                             if buf in op.allocs)
-                return f"buffer {buf.name} on device {device} is never freed", where
-            if count < 0:
-                return (f"buffer {buf.name} on device {device} is freed more often than allocated",
-                        None)
-    return None
-
+    table = plan.table
+    order = table.order().tolist()
+    allocs = list(map(table.allocs.__getitem__, order))
+    frees = list(map(table.frees.__getitem__, order))
+    n_alloc = np.fromiter(map(len, allocs), np.int64, len(order))
+    n_free = np.fromiter(map(len, frees), np.int64, len(order))
+    if not (n_alloc.any() or n_free.any()):
+        return None
+    # the events of every op in program order: its allocations, then its frees
+    events = n_alloc + n_free
+    position = np.repeat(np.arange(len(order)), events)
+    starts = np.cumsum(events) - events
+    offset = np.arange(len(position)) - np.repeat(starts, events)
+    is_alloc = offset < np.repeat(n_alloc, events)
+    buffer = np.empty(len(position), dtype=np.int64)
+    buffer[is_alloc] = np.fromiter(chain.from_iterable(allocs), np.int64, int(n_alloc.sum()))
+    buffer[~is_alloc] = np.fromiter(chain.from_iterable(frees), np.int64, int(n_free.sum()))
+    program = _program_of(table, table.order())[position]
+    device = np.array([d for d, _, _ in table.programs])[program]
+    # allocated while live in its program: the event before it in (program, buffer) allocated
+    by_group = np.lexsort((np.arange(len(position)), buffer, program))
+    same = np.zeros(len(position), dtype=bool)
+    same[1:] = ((program[by_group][1:] == program[by_group][:-1])
+                & (buffer[by_group][1:] == buffer[by_group][:-1]))
+    twice_sorted = same & is_alloc[by_group] & np.roll(is_alloc[by_group], 1)
+    twice = np.zeros(len(position), dtype=bool)
+    twice[by_group[twice_sorted]] = True
+    # freed on a device that never allocates it
+    pair = device * (len(table.buffers) + 1) + buffer  # (device, buffer) as one number
+    allocated = np.isin(pair, pair[is_alloc])
+    unallocated = ~is_alloc & ~allocated
+    bad = twice | unallocated
+    if bad.any():
+        at = int(np.argmax(bad))
+        row = order[position[at]]
+        name = table.buffers[buffer[at]].name
+        if twice[at]:
+            return f"buffer {name} allocated twice on device {device[at]}", table.key(row)
+        return f"op {table.token(row)} frees buffer {name} that is not allocated", table.key(row)
+    # per device (in the order the programs first name it), per buffer (first named first)
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    balance = np.bincount(inverse, weights=np.where(is_alloc, 1.0, -1.0), minlength=len(pairs))
+    if not balance.any():
+        return None
+    firsts = np.full(len(pairs), len(position))
+    np.minimum.at(firsts, inverse, np.arange(len(position)))
+    rank: dict[int, int] = {}
+    for d, _, _ in table.programs:
+        rank.setdefault(d, len(rank))
+    width = len(table.buffers) + 1
+    worst = min(np.flatnonzero(balance).tolist(),
+                key=lambda u: (rank[int(pairs[u] // width)], firsts[u]))
+    d, buf = int(pairs[worst] // width), table.buffers[int(pairs[worst] % width)]
+    if balance[worst] > 0:
+        at = int(np.flatnonzero((pair == pairs[worst]) & is_alloc)[0])
+        return f"buffer {buf.name} on device {d} is never freed", table.key(order[position[at]])
+    return f"buffer {buf.name} on device {d} is freed more often than allocated", None

@@ -12,11 +12,15 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
+import numpy as np
+
 from ltsim.files import replaced_atomically, write_text_atomically
 from ltsim.plan import STREAMS, OpKind
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ltsim.optable import OpTable
 
 EVENT_COLUMNS = ("device", "stream", "token", "kind", "stage", "chunk", "start_s", "end_s")
 
@@ -39,18 +43,16 @@ class Event(NamedTuple):
 
 
 class EventTable(Sequence):
-    """A replay's events kept as the engine's columns (its ops in plan order, per op the start and
+    """A replay's events kept as the engine's columns (the plan's op table, per row the start and
     end), written out as :class:`Event` tuples, sorted by (start, device, stream), only when
     something reads them (issue 13: a sweep needs the makespan and the busy time, which come from
     the columns). A sequence of Events otherwise, equal to the tuple it stands for."""
 
-    __slots__ = ("_ops", "_programs", "_start", "_finish", "_events")
+    __slots__ = ("_table", "_start", "_finish", "_events")
 
-    def __init__(self, ops: Sequence, programs: Sequence[tuple[int, str, int, int]],
-                 start: Sequence[float], finish: Sequence[float]) -> None:
-        self._ops = ops  # Op (ltsim.plan) per op id
-        self._programs = programs  # (device, stream, first op id, stop op id)
-        self._start = start
+    def __init__(self, table: "OpTable", start: Sequence[float], finish: Sequence[float]) -> None:
+        self._table = table  # the plan's ops (ltsim/optable.py), by row
+        self._start = start  # per row
         self._finish = finish
         self._events: tuple[Event, ...] | None = None
 
@@ -59,11 +61,12 @@ class EventTable(Sequence):
         if events is None:
             out = []
             append = out.append
-            ops, start, finish = self._ops, self._start, self._finish
+            table, start, finish = self._table, self._start, self._finish
+            keys = table.keys()
             kind_text = {k: k.value for k in OpKind}  # Enum.value is a descriptor call
-            for device, stream, first, stop in self._programs:
-                for i in range(first, stop):
-                    key = ops[i].key
+            for device, stream, rows in table.programs:
+                for i in rows:
+                    key = keys[i]
                     append(Event(device, stream, key.token, kind_text[key.kind], key.stage,
                                  key.chunk, start[i], finish[i]))
             out.sort(key=attrgetter("start_s", "device", "stream"))  # C, not a lambda per event
@@ -71,7 +74,7 @@ class EventTable(Sequence):
         return events
 
     def __len__(self) -> int:
-        return len(self._start)
+        return sum(len(rows) for _, _, rows in self._table.programs)
 
     def __getitem__(self, index):
         return self._written()[index]
@@ -96,16 +99,52 @@ class EventTable(Sequence):
     def seconds_by_device(self, kinds: frozenset[str], stream: str | None = None) -> dict[int, float]:
         """Per device, the time its ops of ``kinds`` (op kind text) ran, on ``stream`` only when
         given; summed exactly (math.fsum), so the order of the ops does not matter."""
-        ops, start, finish = self._ops, self._start, self._finish
-        wanted = {k for k in OpKind if k.value in kinds}
-        spans: dict[int, list[float]] = {}
-        for device, program_stream, first, stop in self._programs:
-            if stream is not None and program_stream != stream:
-                continue
-            mine = [finish[i] - start[i] for i in range(first, stop) if ops[i].kind in wanted]
-            if mine:
-                spans.setdefault(device, []).extend(mine)
-        return {device: fsum(values) for device, values in spans.items()}
+        table = self._table
+        order = table.order()
+        programs = table.programs
+        sizes = [len(rows) for _, _, rows in programs]
+        device = np.repeat(np.array([d for d, _, _ in programs], dtype=np.int64), sizes)
+        wanted = np.isin(table.array("kind")[order], [i for i, k in enumerate(OpKind)
+                                                      if k.value in kinds])
+        if stream is not None:
+            wanted &= np.repeat(np.array([s == stream for _, s, _ in programs], dtype=bool), sizes)
+        rows, device = order[wanted], device[wanted]
+        if self._events is None and len(self._finish) == len(table):
+            spans = (np.fromiter(self._finish, float, len(table))[rows]
+                     - np.fromiter(self._start, float, len(table))[rows])
+        else:
+            spans = np.array([self._finish[i] - self._start[i] for i in rows.tolist()])
+        by_device = np.argsort(device, kind="stable")
+        devices, first = np.unique(device[by_device], return_index=True)
+        return {d: fsum(values) for d, values in zip(
+            devices.tolist(), (part.tolist() for part in np.split(spans[by_device], first[1:])))}
+
+
+def _peaks(samples, peaks: list[int]) -> list[int]:
+    """Per device, the highest of its level in ``peaks`` and its samples'."""
+    if isinstance(samples, Samples):
+        for device, level in samples.peaks.items():
+            if level > peaks[device]:
+                peaks[device] = level
+        return peaks
+    for _, device, level in samples:
+        if level > peaks[device]:
+            peaks[device] = level
+    return peaks
+
+
+class Samples(tuple):
+    """Memory samples, (time_s, device, bytes) tuples, with each device's highest (``peaks``)
+    and last (``finals``) level beside them, which the engine knows as it makes them: a tuple
+    otherwise."""
+
+    def __new__(cls, samples, peaks: dict[int, int], finals: dict[int, int]) -> "Samples":
+        out = super().__new__(cls, samples)
+        out.peaks, out.finals = peaks, finals
+        return out
+
+    def __reduce__(self):
+        return (Samples, (tuple(self), self.peaks, self.finals))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,21 +189,18 @@ class Trace:
         return {device: fsum(values) for device, values in spans.items()}
 
     def peak_memory_bytes(self) -> list[int]:
-        peaks = list(self.static_bytes)
-        for _, device, level in self.memory:
-            if level > peaks[device]:
-                peaks[device] = level
-        return self._mirrored(peaks)
+        return self._mirrored(_peaks(self.memory, list(self.static_bytes)))
 
     def peak_host_memory_bytes(self) -> list[int]:
-        peaks = list(self.host_static_bytes) or [0] * self.num_devices
-        for _, device, level in self.host_memory:
-            if level > peaks[device]:
-                peaks[device] = level
-        return self._mirrored(peaks)
+        return self._mirrored(_peaks(self.host_memory,
+                                     list(self.host_static_bytes) or [0] * self.num_devices))
 
     def final_memory_bytes(self) -> list[int]:
         final = list(self.static_bytes)
+        if isinstance(self.memory, Samples):
+            for device, level in self.memory.finals.items():
+                final[device] = level
+            return self._mirrored(final)
         for _, device, level in self.memory:
             final[device] = level
         return self._mirrored(final)

@@ -26,21 +26,25 @@ times are maxima and sums of priced durations, independent of the order SimPy wa
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from heapq import merge
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import simpy
 
-from ltsim.costs import CostModel, duration_s
+from ltsim.costs import CostModel
 from ltsim.errors import PlanError
 from ltsim.gcpause import paused
 from ltsim.mirrors import device_sources, mirrored_gpus
-from ltsim.plan import Buffer, Op, OpKey, OpKind, Plan
+from ltsim.optable import ints
+from ltsim.plan import Plan
+from ltsim.sim.compile import (  # noqa: F401 (the names the engine's readers import from it)
+    _SHARED, Compiled, Prices, compile_plan, layerwise_deferral, layerwise_deferrals, shared_prices)
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
-from ltsim.trace import EventTable, Trace
+from ltsim.trace import EventTable, Samples, Trace
 
 
 class _At(simpy.Event):
@@ -66,187 +70,6 @@ class _Barrier:
         self.remaining = size
         self.time_s = 0.0
         self.event = _At(env)
-
-
-class Compiled:
-    """A plan as the replay reads it: per op, its stream position, duration, memory deltas and
-    the integer ids of what it waits for. Built once per plan (``compile_plan``)."""
-
-    __slots__ = ("plan", "ops", "programs", "steps", "static", "host_static")
-
-    def __init__(self, plan: Plan, ops: list[Op], programs: list[tuple[int, str, int, int]],
-                 steps: list[tuple], static: list[int], host_static: list[int]) -> None:
-        self.plan = plan
-        self.ops = ops  # in plan order: op id = position
-        self.programs = programs  # (device, stream, first op id, stop op id)
-        self.steps = steps  # per op: (dur, alloc, host_alloc, free, host_free, deps, start_deps, coll)
-        self.static = static
-        self.host_static = host_static  # per device: what it keeps in host memory throughout
-
-
-class Prices:
-    """What a cost model said, by value: a compute op's duration and working-set bytes per (kind,
-    cost shape, part, keep), comm durations per comm key, buffer bytes per shape, optimizer steps
-    per device, each with the notes (would-be warnings) computing it made. Values only, so sound
-    for any plan priced by a cost model of the same ``price_scope``: Engines of one scope share one
-    (``shared_prices``: the batches of a run, the points of a sweep, maxlen's probes), and the
-    notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
-    warns as if it had priced alone."""
-
-    __slots__ = ("compute", "durations", "buffers", "optimizer")
-
-    def __init__(self) -> None:
-        self.compute: dict = {}  # -> (seconds, working-set bytes, notes)
-        self.durations: dict = {}  # comm -> (seconds, notes)
-        self.buffers: dict = {}
-        self.optimizer: dict = {}
-
-    def __len__(self) -> int:
-        return len(self.compute) + len(self.durations) + len(self.buffers) + len(self.optimizer)
-
-
-_SHARED: dict = {}  # price scope -> Prices, the most recently used last
-SHARED_SCOPES = 4
-SHARED_ENTRIES = 200_000  # per scope, then begun anew: ~65 MB (324 B a price: cache_costs.py)
-
-
-def shared_prices(cost: CostModel) -> Prices:
-    """The Prices of ``cost``'s scope (a new one when it has none, or has grown past
-    SHARED_ENTRIES)."""
-    scope = cost.price_scope()
-    if scope is None:
-        return Prices()
-    prices = _SHARED.pop(scope, None)
-    if prices is None or len(prices) > SHARED_ENTRIES:
-        prices = Prices()
-    _SHARED[scope] = prices
-    while len(_SHARED) > SHARED_SCOPES:
-        del _SHARED[next(iter(_SHARED))]
-    return prices
-
-
-def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
-    """Price every op once per distinct shape and turn keys into integer ids. ``prices``: what
-    earlier plans priced with a cost model of ``cost``'s scope, filled in as a side effect."""
-    prices = Prices() if prices is None else prices
-    ops = [op for program in plan.programs for op in program.ops]
-    ids = {op.key: i for i, op in enumerate(ops)}
-    # The caches below are keyed by object identity where the plan shares objects (a Work is
-    # hashed in Python; an id in C), which is sound while the plan, holding them, is alive here.
-    shapes: dict = {}  # id(Work) -> its cost shape
-    sized: dict = {}  # id(Buffer) -> its size (a forward's buffer is freed by its backward)
-    computed, durations, sizes, optimizer = (prices.compute, prices.durations, prices.buffers,
-                                             prices.optimizer)
-    noted = cost.noted  # (value, notes) of a call: what each table below stores
-    again: set = set()  # the notes of the prices this plan takes: made once, at the end
-
-    def shape(work) -> tuple:
-        value = shapes.get(id(work))
-        if value is None:
-            value = shapes[id(work)] = work.cost_shape()
-        return value
-
-    def nbytes(buffers) -> tuple[int, int]:
-        dev = hst = 0
-        for buf in buffers:
-            size = sized.get(id(buf))
-            if size is None:
-                bkey = (buf.kind, shape(buf.work), buf.keep, buf.host)
-                hit = sizes.get(bkey)
-                if hit is None:
-                    hit = sizes[bkey] = noted(cost.buffer_bytes, buf)
-                if hit[1]:
-                    again.update(hit[1])
-                size = sized[id(buf)] = hit[0]
-            if buf.host:
-                hst += size
-            else:
-                dev += size
-        return dev, hst
-
-    def price(op: Op) -> float:
-        """An optimizer step's or a comm op's seconds (compute ops are priced in the loop)."""
-        if op.kind is OpKind.OPT:
-            device = plan.devices[op.device]
-            hit = optimizer.get(device)
-            if hit is None:
-                hit = optimizer[device] = noted(cost.optimizer_s, device)
-        elif op.comm is not None:  # by comm_key, which sends on other GPUs share (a key by
-            ckey = cost.comm_key(op.comm)  # shape and GPUs first cost as much as it saved)
-            hit = durations.get(ckey)
-            if hit is None:
-                hit = durations[ckey] = noted(duration_s, cost, op)
-        else:
-            return duration_s(cost, op)  # raises: the op carries neither
-        if hit[1]:
-            again.update(hit[1])
-        return hit[0]
-
-    steps = []
-    programs = []
-    first = 0
-    coll_kind = OpKind.COLL
-    backward = OpKind.B
-    opt = OpKind.OPT
-
-    def device_bytes(buffers) -> int:
-        return nbytes(buffers)[0]
-
-    for program in plan.programs:
-        pending = {}  # op index -> bytes its end releases less (a deferral of the op before it)
-        for i, op in enumerate(program.ops):
-            # one unpack rather than an attribute read per field (the fields as plan.Op orders them)
-            (kind, _, _, _, _, _, work, keep, part, comm, deps, start_deps, allocs, frees, group,
-             key) = op
-            alloc, host_alloc = nbytes(allocs) if allocs else (0, 0)
-            free, host_free = nbytes(frees) if frees else (0, 0)
-            if kind is backward:
-                if allocs:
-                    deferred, j = layerwise_deferral(program.ops, i, device_bytes)
-                    alloc -= deferred
-                    if j == i:
-                        free -= deferred
-                    else:
-                        pending[j] = deferred
-                if pending and i in pending:
-                    free -= pending.pop(i)
-            if work is not None and kind is not opt:  # priced once per shape; its working set
-                work_shape = shapes.get(id(work))  # is held while it runs (shape(), inline)
-                if work_shape is None:
-                    work_shape = shapes[id(work)] = work.cost_shape()
-                pkey = (kind, work_shape, part, keep)
-                hit = computed.get(pkey)
-                if hit is None:
-                    hit = computed[pkey] = _compute_price(cost, op)
-                dur, size, notes = hit
-                if notes:
-                    again.update(notes)
-                alloc += size
-                free += size
-            else:
-                dur = price(op)
-                if work is not None:  # an optimizer step naming a work (none does): its working set
-                    size, notes = noted(_working_bytes, cost, op)
-                    again.update(notes)
-                    alloc += size
-                    free += size
-            try:
-                dep_ids = ((ids[deps[0]],) if len(deps) == 1 else tuple([ids[d] for d in deps])
-                           if deps else ())
-                start_ids = tuple([ids[d] for d in start_deps]) if start_deps else ()
-            except KeyError as missing:
-                raise PlanError(f"{plan.strategy}: op {key} depends on {missing.args[0]}, which "
-                                f"is not in the plan\n{plan.grid(mark=key)}") from None
-            coll = (key.token, group) if kind is coll_kind and len(group) > 1 else None
-            steps.append((dur, alloc, host_alloc, free, host_free, dep_ids, start_ids, coll))
-        stop = first + len(program.ops)
-        programs.append((program.device, program.stream, first, stop))
-        first = stop
-    if again:
-        cost.renote(tuple(again))
-    static = [cost.static_memory_bytes(d) for d in plan.devices]
-    host_static = [cost.static_host_bytes(d) for d in plan.devices]
-    return Compiled(plan, ops, programs, steps, static, host_static)
 
 
 class Engine:
@@ -277,81 +100,13 @@ class Engine:
             return trace
 
 
-def layerwise_deferral(ops: Sequence[Op], i: int,
-                       device_bytes: Callable[[Sequence[Buffer]], int]) -> tuple[int, int]:
-    """(bytes, index): of the context K/V gradients ("kv_grad") that backward ``ops[i]`` (of one
-    program, in order) allocates, the bytes charged at the end of ``ops[index]`` rather than at
-    its start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier
-    tokens appear when its backward runs, and its stored activations (the "act" or, under full
-    recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which is
-    rebuilt for every layer and held to the end) are released once it is done. So in the op the
-    level rises by max over layers of (the gradients so far less the activations released so
-    far), which for A bytes of gradients and F of activations, each even over the layers, is
-    max(A / L, A - F (L - 1) / L): the op's allocs less d = (L - 1) / L x min(A, F). That d is
-    charged at its end, where the level is the same as before. A backward split for context
-    parallelism (``split_cp``: its attention part, which allocates, then the rest, which
-    releases, the next op) defers to the end of the rest. ``device_bytes``: the device bytes of
-    some buffers (maxlen.peak_terms splits the peak the same way). (0, i) when nothing is
-    deferred."""
-    op = ops[i]
-    work = op.work
-    if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
-        return 0, i
-    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
-    if not grads:
-        return 0, i
-    j = i
-    if op.part == "attn":  # split_cp puts the rest of this backward right after it
-        j = i + 1
-        rest = ops[j] if j < len(ops) else None
-        if (rest is None or rest.kind is not OpKind.B or rest.part != "dense"
-                or rest.chunk != op.chunk or rest.work != work):
-            return 0, i
-    acts = device_bytes([b for b in ops[j].frees if b.kind in _LAYERWISE and b.work.num_layers > 1])
-    return (work.num_layers - 1) * min(grads, acts) // work.num_layers, j
-
-
-def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
-                        ) -> dict[OpKey, tuple[int, int]]:
-    """``layerwise_deferral`` of every backward of one program: per op key, (bytes charged less
-    at its start, bytes released less at its end)."""
-    out: dict[OpKey, tuple[int, int]] = {}
-    for i, op in enumerate(ops):
-        if op.kind is OpKind.B and op.allocs:
-            deferred, j = layerwise_deferral(ops, i, device_bytes)
-            if deferred:
-                if j == i:
-                    out[op.key] = (deferred, deferred)
-                else:
-                    out[op.key] = (deferred, 0)
-                    out[ops[j].key] = (0, deferred)
-    return out
-
-
-_LAYERWISE = ("act", "ckpt")  # buffers of a backward's layers, released as it passes each
-
-
-def _working_bytes(cost: CostModel, op: Op) -> int:
-    return cost.working_bytes(op.kind, op.work, part=op.part)
-
-
-def _compute_price(cost: CostModel, op: Op) -> tuple[float, int, tuple]:
-    """A compute op's seconds and working-set bytes, with the notes computing them made."""
-    seconds, timing = cost.noted(duration_s, cost, op)
-    size, sizing = cost.noted(_working_bytes, cost, op)
-    return seconds, size, timing + sizing
-
-
 def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:
     """Whether every comm of a mirrored replica costs what its source's does: on other GPUs a
     send may cross a node boundary its source's does not. Checked once per distinct comm without
     its payload (the cost model reads the GPUs only for the scope: comm_key)."""
     seen = set()
     mirrors = compiled.plan.mirrors
-    for op in compiled.ops:
-        comm = op.comm
-        if comm is None:
-            continue
+    for comm in compiled.table.comms:
         shape = (comm.collective, comm.tensor, comm.group_size, comm.steps, comm.gpus, comm.pinned)
         if shape in seen:
             continue
@@ -366,37 +121,37 @@ def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:
 
 def replay(compiled: Compiled, *, only: set[int] | None = None,
            barrier_sizes: dict | None = None) -> tuple[list, list, list[list], list[list]]:
-    """Run the compiled plan in SimPy. Returns per op its start and end time (None where it never
-    ran) and, per program, its device and host memory deltas as (time, delta) in program order.
+    """Run the compiled plan in SimPy. Returns per op (row) its start and end time (None where
+    it never ran) and, per program, its device and host memory deltas as (time, delta) in
+    program order (an op's allocations at its start, its releases at its end).
     ``only``: the programs to run (the others are identical replicas, ltsim/sim/replicas.py);
     ``barrier_sizes``: how many members each collective then waits for."""
     env = simpy.Environment()
-    steps = compiled.steps
-    n = len(steps)
+    n = len(compiled.dur)
+    steps = list(zip(compiled.dur, compiled.deps, compiled.start_deps, compiled.coll))
     start: list[Any] = [None] * n
     finish: list[Any] = [None] * n
-    done_wait: list[Any] = [None] * n  # per op id: the event fired at its end, made when someone
+    done_wait: list[Any] = [None] * n  # per row: the event fired at its end, made when someone
     began_wait: list[Any] = [None] * n  # waits (lists: read for every op, faster than a dict)
     barriers: dict[tuple, _Barrier] = {}
-    mem: list[list] = [[] for _ in compiled.programs]
-    host_mem: list[list] = [[] for _ in compiled.programs]
     sizes = barrier_sizes or {}
 
-    def wait(table: list, op_id: int) -> _At:
-        event = table[op_id]
+    def wait(table: list, row: int) -> _At:
+        event = table[row]
         if event is None:
-            event = table[op_id] = _At(env)
+            event = table[row] = _At(env)
         return event
 
-    riders = _riders(compiled, only)  # op id -> ops of programs that only follow it (below)
+    riders = _riders(compiled, only)  # per row: rows of programs that only follow it (below)
     rider_clock = [0.0] * len(compiled.programs)
 
-    def ride(i: int) -> None:
-        """The rider ops of op ``i``, just computed: each after its own stream's previous op and
-        ``i`` (the last of its dependencies, all in ``i``'s program and so known). Records an
-        op as ``run_program`` does, written out again there: that loop runs once per op."""
-        for q, j in riders[i]:
-            dur, alloc, host_alloc, free, host_free, deps, _, _ = steps[j]
+    def ride(ops: list[tuple[int, int]]) -> None:
+        """Rider ops, right after the op they follow was computed: each after its own stream's
+        previous op and that op (the last of its dependencies, all in that op's program and so
+        known). Times an op as ``run_program`` does, written out again there: that loop runs
+        once per op."""
+        for q, j in ops:
+            dur, deps, _, _ = steps[j]
             clock = rider_clock[q]
             for d in deps:
                 end = finish[d]
@@ -411,20 +166,12 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             event = done_wait[j]
             if event is not None:
                 event.fire_at(end)
-            if alloc:
-                mem[q].append((clock, alloc))
-            if host_alloc:
-                host_mem[q].append((clock, host_alloc))
-            if free:
-                mem[q].append((end, -free))
-            if host_free:
-                host_mem[q].append((end, -host_free))
             rider_clock[q] = end
 
-    def run_program(first: int, stop: int, mem_out: list, host_out: list):
+    def run_program(rows: list[int]):
         clock = 0.0
-        for i in range(first, stop):
-            dur, alloc, host_alloc, free, host_free, deps, start_deps, coll = steps[i]
+        for i in rows:
+            dur, deps, start_deps, coll = steps[i]
             for d in deps:
                 end = finish[d]
                 if end is None:
@@ -461,61 +208,116 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             event = done_wait[i]
             if event is not None:
                 event.fire_at(end)
-            if alloc:
-                mem_out.append((clock, alloc))
-            if host_alloc:
-                host_out.append((clock, host_alloc))
-            if free:
-                mem_out.append((end, -free))
-            if host_free:
-                host_out.append((end, -host_free))
             clock = end
-            if i in riders:
-                ride(i)
+            followers = riders[i]
+            if followers is not None:
+                ride(followers)
 
-    ridden = {q for ops in riders.values() for q, _ in ops}
-    for p, (_, _, first, stop) in enumerate(compiled.programs):
-        if stop > first and (only is None or p in only) and p not in ridden:
-            env.process(run_program(first, stop, mem[p], host_mem[p]))
+    ridden = {q for ops in riders if ops is not None for q, _ in ops}
+    replayed = [p for p, (_, _, rows) in enumerate(compiled.programs)
+                if rows and (only is None or p in only)]
+    for p in replayed:
+        if p not in ridden:
+            env.process(run_program(compiled.programs[p][2]))
     env.run()
+    mem, host_mem = _deltas(compiled, replayed, start, finish)
     return start, finish, mem, host_mem
 
 
-def _riders(compiled: Compiled, only: set[int] | None) -> dict[int, list[tuple[int, int]]]:
+def _deltas(compiled: Compiled, replayed: list[int], start: list, finish: list
+            ) -> tuple[list[list], list[list]]:
+    """Per program, its device and host memory changes as (time, delta) in program order: each
+    op's allocations at its start, then its releases at its end (nothing for a zero change, or
+    for programs not replayed, or when some op never ran)."""
+    mem: list[list] = [[] for _ in compiled.programs]
+    host_mem: list[list] = [[] for _ in compiled.programs]
+    rows = [compiled.programs[p][2] for p in replayed]
+    order = np.fromiter(chain.from_iterable(rows), np.int64, sum(map(len, rows)))
+    if not len(order):
+        return mem, host_mem
+    begin = [start[r] for r in order.tolist()]
+    end = [finish[r] for r in order.tolist()]
+    if None in end:
+        return mem, host_mem  # a deadlock: build_trace reports it
+    times = np.empty(2 * len(order))
+    times[0::2], times[1::2] = begin, end
+    program = np.repeat(np.repeat(np.array(replayed), [len(r) for r in rows]), 2)
+    for out, grow, shrink in ((mem, compiled.alloc, compiled.free),
+                              (host_mem, compiled.host_alloc, compiled.host_free)):
+        deltas = np.empty(2 * len(order), dtype=np.int64)
+        deltas[0::2] = ints(grow)[order]
+        deltas[1::2] = -ints(shrink)[order]
+        kept = np.flatnonzero(deltas)
+        if not len(kept):
+            continue
+        where = program[kept]
+        bounds = np.flatnonzero(np.diff(where)) + 1
+        for segment in np.split(kept, bounds):
+            out[int(program[segment[0]])] = list(zip(times[segment].tolist(),
+                                                      deltas[segment].tolist()))
+    return mem, host_mem
+
+
+def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:
     """Programs replayed inside another's process: each of their ops waits only for ops of one
     compute program (no start dependency, no collective), the last of which comes in that program
     no earlier than the last one the op before waited for. A SEND stream does (each send waits
     for the op that produced its tensor). Such an op's times are known as soon as that last
     dependency's are, so the producing program's process computes it then (``ride``), with the
     same times as a process of its own would give, and without the SimPy resumptions of one.
-    Returns, per op id, the (program, op id) pairs to compute right after it, in program order."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    steps = compiled.steps
+    Returns, per row, the (program, row) pairs to compute right after it, in program order, or
+    None."""
     programs = compiled.programs
-    starts = [first for _, _, first, _ in programs]  # op ids are contiguous per program
-    for q, (_, stream, first, stop) in enumerate(programs):
-        if stream == "compute" or stop <= first or (only is not None and q not in only):
+    n = len(compiled.dur)
+    out: list[list[tuple[int, int]] | None] = [None] * n
+    program_of = np.full(n, -1, dtype=np.int64)  # per row of a compute program: its program
+    position = np.zeros(n, dtype=np.int64)  # and its place there
+    for p, (_, stream, rows) in enumerate(programs):
+        if stream == "compute" and rows:
+            mine = ints(rows)
+            program_of[mine] = p
+            position[mine] = np.arange(len(rows))
+    deps, start_deps, coll = compiled.deps, compiled.start_deps, compiled.coll
+    for q, (_, stream, rows) in enumerate(programs):
+        if stream == "compute" or not rows or (only is not None and q not in only):
             continue
-        host = low = high = last = -1
-        plan: list[tuple[int, int]] = []
-        for j in range(first, stop):
-            _, _, _, _, _, deps, start_deps, coll = steps[j]
-            if start_deps or coll is not None or not deps:
-                break
-            trigger = max(deps) if len(deps) > 1 else deps[0]
-            if host < 0:  # the last program starting at or before it (never an empty one)
-                host = bisect_right(starts, trigger) - 1
-                low, high = programs[host][2], programs[host][3]
-            if not low <= trigger < high or trigger < last or (len(deps) > 1 and min(deps) < low):
-                break
-            last = trigger
-            plan.append((trigger, j))
+        waits = [deps[j] for j in rows]
+        if (list(map(len, waits)).count(1) == len(rows)
+                and [start_deps[j] for j in rows].count(()) == len(rows)
+                and [coll[j] for j in rows].count(None) == len(rows)):
+            triggers = np.fromiter(map(itemgetter(0), waits), np.int64, len(rows))
         else:
-            if (host != q and programs[host][1] == "compute"  # a rider's host rides nothing
-                    and (only is None or host in only)):
-                for trigger, j in plan:
-                    out.setdefault(trigger, []).append((q, j))
+            triggers = _triggers(waits, [start_deps[j] for j in rows], [coll[j] for j in rows],
+                                 program_of, position)
+            if triggers is None:
+                continue
+        host = program_of[triggers]
+        if (host[0] < 0 or (host != host[0]).any() or host[0] == q
+                or (np.diff(position[triggers]) < 0).any()
+                or (only is not None and int(host[0]) not in only)):
+            continue
+        for trigger, j in zip(triggers.tolist(), rows):
+            followers = out[trigger]
+            if followers is None:
+                followers = out[trigger] = []
+            followers.append((q, j))
     return out
+
+
+def _triggers(waits: list[tuple], starts: list[tuple], colls: list, program_of: np.ndarray,
+              position: np.ndarray) -> np.ndarray | None:
+    """Per op of a program, the one of its dependencies (all in one program) that comes last
+    there; None when an op has none, a start dependency, a collective or dependencies in
+    several programs."""
+    out = []
+    for need, start, coll in zip(waits, starts, colls):
+        if start or coll is not None or not need:
+            return None
+        where = program_of[list(need)]
+        if (where != where[0]).any():
+            return None
+        out.append(need[int(np.argmax(position[list(need)]))])
+    return ints(out)
 
 
 def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
@@ -523,16 +325,16 @@ def build_trace(compiled: Compiled, start: list, finish: list, mem: list[list],
     """The Trace of a replay: its events (an EventTable, written out sorted by (start, device,
     stream) when read), and each device's memory levels after every change (its streams' deltas
     merged by time, releases first at a tie)."""
-    plan, ops = compiled.plan, compiled.ops
+    plan = compiled.plan
     if None in finish:
         missing = [i for i, end in enumerate(finish) if end is None]
-        stuck = ops[missing[0]].key
+        stuck = compiled.table.key(missing[0])
         raise PlanError(f"{plan.strategy}: {len(missing)} ops never ran (deadlock), "
                         f"first {stuck}\n{plan.grid(mark=stuck)}")
     static = compiled.static
     memory = _levels(compiled.programs, mem, static)
     host_memory = _levels(compiled.programs, host_mem, compiled.host_static)
-    return Trace(events=EventTable(ops, compiled.programs, start, finish), memory=memory,
+    return Trace(events=EventTable(compiled.table, start, finish), memory=memory,
                  static_bytes=tuple(static), host_memory=host_memory,
                  host_static_bytes=tuple(compiled.host_static))
 
@@ -543,18 +345,28 @@ def _release_first(change: tuple[float, int]) -> tuple[float, bool]:
     return change[0], change[1] > 0
 
 
-def _levels(programs, deltas: list[list], base: list[int]) -> tuple[tuple[float, int, int], ...]:
+def _levels(programs, deltas: list[list], base: list[int]) -> Samples:
+    """Each device's level after every change (its streams' changes merged by time, releases
+    first at a tie), all devices' samples sorted by time (a device's keep their order), with
+    each device's highest and last level."""
     per_device: dict[int, list[list]] = {}
-    for (device, _, _, _), changes in zip(programs, deltas):
+    for (device, _, _), changes in zip(programs, deltas):
         if changes:
             per_device.setdefault(device, []).append(changes)
-    out = []
+    times, devices, levels = [], [], []
+    peaks, finals = {}, {}
     for device in sorted(per_device):
-        level = base[device]
         streams = per_device[device]
-        for time_s, delta in (streams[0] if len(streams) == 1
-                              else merge(*streams, key=_release_first)):
-            level += delta
-            out.append((time_s, device, level))
-    out.sort(key=lambda sample: sample[0])  # stable: a device's samples keep their order
-    return tuple(out)
+        changes = streams[0] if len(streams) == 1 else list(merge(*streams, key=_release_first))
+        when, delta = zip(*changes)
+        level = np.cumsum(ints(delta)) + base[device]
+        peaks[device], finals[device] = int(level.max()), int(level[-1])
+        times.append(np.fromiter(when, float, len(when)))
+        devices.append(np.full(len(when), device, dtype=np.int64))
+        levels.append(level)
+    if not times:
+        return Samples((), peaks, finals)
+    time_s = np.concatenate(times)
+    order = np.argsort(time_s, kind="stable")
+    return Samples(zip(time_s[order].tolist(), np.concatenate(devices)[order].tolist(),
+                       np.concatenate(levels)[order].tolist()), peaks, finals)

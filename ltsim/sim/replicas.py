@@ -20,31 +20,31 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
     replicas."""
     replica_of = [d.replica for d in plan.devices]
     programs: dict[int, list[int]] = {}
-    for p, (device, _, _, _) in enumerate(compiled.programs):
+    for p, (device, _, _) in enumerate(compiled.programs):
         programs.setdefault(replica_of[device], []).append(p)
     if len(programs) < 2 or _all_distinct(plan, programs.keys()):
         return None
-    position = {}  # op id -> (program position within its replica, offset in the program)
-    owner = {}  # op id -> replica
+    position = {}  # row -> (program position within its replica, offset in the program)
+    owner = {}  # row -> replica
     for replica, mine in programs.items():
         for k, p in enumerate(mine):
-            _, _, first, stop = compiled.programs[p]
-            for i in range(first, stop):
-                position[i] = (k, i - first)
-                owner[i] = replica
+            for offset, row in enumerate(compiled.programs[p][2]):
+                position[row] = (k, offset)
+                owner[row] = replica
     device_position = {}
     for replica, mine in programs.items():
         for k, p in enumerate(mine):
             device_position.setdefault(compiled.programs[p][0], (replica, k))
     classes: dict[tuple, list[list[int]]] = {}
-    steps = compiled.steps
+    columns = (compiled.dur, compiled.alloc, compiled.host_alloc, compiled.free, compiled.host_free)
+    deps_of, starts_of, colls = compiled.deps, compiled.start_deps, compiled.coll
     for replica, mine in programs.items():
         signature = []
         for p in mine:
-            device, stream, first, stop = compiled.programs[p]
+            device, stream, rows = compiled.programs[p]
             signature.append(stream)
-            for i in range(first, stop):
-                dur, alloc, host_alloc, free, host_free, deps, start_deps, coll = steps[i]
+            for i in rows:
+                deps, start_deps, coll = deps_of[i], starts_of[i], colls[i]
                 for d in deps + start_deps:
                     if owner[d] != replica:
                         return None  # replicas interact beyond collectives: replay them all
@@ -53,7 +53,7 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
                     members = (len(coll[1]), tuple(sorted(
                         device_position[d][1] for d in coll[1]
                         if device_position.get(d, (None,))[0] == replica)))  # mirrors: absent
-                signature.append((dur, alloc, host_alloc, free, host_free,
+                signature.append((*(column[i] for column in columns),
                                   tuple(position[d] for d in deps),
                                   tuple(position[d] for d in start_deps), members))
         classes.setdefault(tuple(signature), []).append(mine)
@@ -84,9 +84,8 @@ def barrier_sizes(compiled, replayed: set[int]) -> dict:
     devices = {compiled.programs[p][0] for p in replayed}
     sizes = {}
     for p in replayed:
-        _, _, first, stop = compiled.programs[p]
-        for i in range(first, stop):
-            coll = compiled.steps[i][7]
+        for i in compiled.programs[p][2]:
+            coll = compiled.coll[i]
             if coll is not None and coll not in sizes:
                 sizes[coll] = sum(1 for d in coll[1] if d in devices)
     return sizes
@@ -98,8 +97,7 @@ def copy_replicas(compiled, classes, start: list, finish: list, mem: list, host_
         source = members[0]
         for copy in members[1:]:
             for p, q in zip(source, copy):
-                first, stop = compiled.programs[p][2:]
-                offset = compiled.programs[q][2] - first
-                start[first + offset:stop + offset] = start[first:stop]
-                finish[first + offset:stop + offset] = finish[first:stop]
+                for a, b in zip(compiled.programs[p][2], compiled.programs[q][2]):
+                    start[b] = start[a]
+                    finish[b] = finish[a]
                 mem[q], host_mem[q] = mem[p], host_mem[p]

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ltsim.plan import Comm, Op, OpKind
+from ltsim.optable import B, COPY, F, R, STREAM_CODE
+from ltsim.plan import Comm
 from ltsim.strategies.lowering import Draft, Pass
+
+_COPY_STREAM = STREAM_CODE["copy"]
 
 
 def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
@@ -20,43 +23,46 @@ def offload(kinds: tuple[str, ...] = ("ckpt",), *, sync: bool = False) -> Pass:
     pinned host memory (an asynchronous copy needs page-locked buffers)."""
 
     def run(draft: Draft) -> Draft:
-        changes = {}
+        buffers = draft.buffers
         for device in draft.schedule.live_devices:
-            compute = list(draft.ops(device.index))
-            copies = list(draft.ops(device.index, "copy"))
-            producers: dict = {}  # buffer -> index of the forward that allocates it
+            compute = draft.rows(device.index)
+            copies = list(draft.rows(device.index, "copy"))
+            producers: dict[int, int] = {}  # buffer id -> position of the forward allocating it
             readers: dict[int, _Readers] = {}  # chunk -> its R/B ops
-            for i, op in enumerate(compute):
-                if op.kind is OpKind.F:
-                    for buf in op.allocs:
+            for i, row in enumerate(compute):
+                kind, chunk = draft.get(row, "kind"), draft.get(row, "chunk")
+                if kind == F:
+                    for b in draft.allocs[row]:
+                        buf = buffers[b]
                         if buf.kind in kinds and not buf.host:
-                            producers.setdefault(buf, i)
-                elif op.kind in (OpKind.R, OpKind.B):
-                    readers.setdefault(op.chunk, _Readers()).add(i, op.work.layers)
-            for buf, producer in producers.items():
+                            producers.setdefault(b, i)
+                elif kind == R or kind == B:
+                    readers.setdefault(chunk, _Readers()).add(i, draft.work(row).layers)
+            for b, producer in producers.items():
+                buf = buffers[b]
                 chunk_readers = readers.get(buf.work.chunk)
                 consumer = (chunk_readers.first_after(producer, buf.work.layers)
                             if chunk_readers is not None else None)
                 if consumer is None:
                     continue
                 low = buf.work.layers[0]
-                host = buf._replace(host=True)
+                host = draft.buffers.of(buf._replace(host=True))
                 tag = f"{buf.kind}-L{low}"
-                out = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
-                         chunk=buf.work.chunk, name=f"d2h-{tag}", deps=(compute[producer].key,),
-                         comm=Comm("d2h", buf.kind, buf.work, pinned=not sync),
-                         frees=(buf,), allocs=(host,))
-                back = Op(kind=OpKind.COPY, device=device.index, stage=device.stage,
-                          chunk=buf.work.chunk, name=f"h2d-{tag}", allocs=(buf,), frees=(host,),
-                          comm=Comm("h2d", buf.kind, buf.work, pinned=not sync),
-                          deps=(out.key,) + ((compute[consumer - 1].key,) if consumer > 0 else ()))
+                out = draft.add(COPY, device.index, device.stage, buf.work.chunk, f"d2h-{tag}",
+                                _COPY_STREAM, deps=(compute[producer],), frees=(b,), allocs=(host,),
+                                comm=draft.comms.of(Comm("d2h", buf.kind, buf.work,
+                                                         pinned=not sync)))
+                back = draft.add(COPY, device.index, device.stage, buf.work.chunk, f"h2d-{tag}",
+                                 _COPY_STREAM, allocs=(b,), frees=(host,),
+                                 comm=draft.comms.of(Comm("h2d", buf.kind, buf.work,
+                                                          pinned=not sync)),
+                                 deps=(out,) + ((compute[consumer - 1],) if consumer > 0 else ()))
                 copies += [out, back]
-                compute[consumer] = compute[consumer].with_deps((back.key,))
+                draft.add_deps(compute[consumer], (back,))
                 if sync and producer + 1 < len(compute):
-                    compute[producer + 1] = compute[producer + 1].with_deps((out.key,))
-            changes[(device.index, "compute")] = compute
-            changes[(device.index, "copy")] = _ordered_copies(copies, compute)
-        return draft.update(changes)
+                    draft.add_deps(compute[producer + 1], (out,))
+            draft.programs[(device.index, "copy")] = _ordered_copies(draft, copies, compute)
+        return draft
 
     return run
 
@@ -89,12 +95,13 @@ class _Readers:
         return min(found, default=None)
 
 
-def _ordered_copies(copies: list[Op], compute: list[Op]) -> list[Op]:
+def _ordered_copies(draft: Draft, copies: list[int], compute: list[int]) -> list[int]:
     """Copies in the order their triggers run on the compute stream (so the stream cannot stall
     on a copy whose trigger comes later)."""
-    position = {op.key: i for i, op in enumerate(compute)}
+    position = {row: i for i, row in enumerate(compute)}
 
-    def trigger(op: Op) -> float:
-        return max((position.get(d, -1) for d in op.deps), default=-1) + (0.5 if "h2d" in op.name else 0)
+    def trigger(row: int) -> float:
+        return (max((position.get(d, -1) for d in draft.deps[row]), default=-1)
+                + (0.5 if "h2d" in draft.names[draft.get(row, "name")] else 0))
 
     return sorted(copies, key=trigger)

@@ -272,7 +272,7 @@ def test_bad_arguments():
     with pytest.raises(ConfigError, match=r"'parallel.overlap_grad_reduce' must be false for the "
                        r"executor with dp > 1 .*Fix: set parallel.overlap_grad_reduce = false"):
         execute_plan(replicas, SPEC, dataclasses.replace(two, overlap_grad_reduce=True))
-    split = dataclasses.replace(plan, programs=tuple(
+    split = plan.with_programs(tuple(
         dataclasses.replace(p, ops=tuple(op.evolve(kind=OpKind.W)
                                          if op.kind is OpKind.B else op for op in p.ops))
         for p in plan.programs))

@@ -197,7 +197,7 @@ def test_split_weight_gradient_exports_as_i_and_w(tmp_path):
         dataclasses.replace(p, ops=tuple(o for op in p.ops for o in (
             (op, op.evolve(kind=OpKind.W)) if op.kind is OpKind.B else (op,))))
         if p.stream == "compute" else p for p in plan.programs)
-    schedule = torch_pipelining(dataclasses.replace(plan, programs=programs))
+    schedule = torch_pipelining(plan.with_programs(programs))
     assert schedule.rows[3][:4] == ("3F0", "3I0", "3W0", "3F1")
     path = tmp_path / "zb.csv"
     path.write_text(schedule.to_csv(), newline="")

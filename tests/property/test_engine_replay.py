@@ -111,10 +111,10 @@ def test_the_lazy_event_table_is_the_sorted_events_and_gives_their_metrics(name,
     sizes = (replicas.barrier_sizes(compiled, set(range(len(compiled.programs))))
              if plan.mirrors else None)
     start, finish, _, _ = engine.replay(compiled, barrier_sizes=sizes)
-    expected = sorted((Event(device, stream, op.token, op.kind.value, op.stage, op.chunk, start[i],
-                             finish[i])
-                       for device, stream, first, stop in compiled.programs
-                       for i, op in enumerate(compiled.ops[first:stop], first)),
+    ops = compiled.ops
+    expected = sorted((Event(device, stream, ops[i].token, ops[i].kind.value, ops[i].stage,
+                             ops[i].chunk, start[i], finish[i])
+                       for device, stream, rows in compiled.programs for i in rows),
                       key=lambda e: (e.start_s, e.device, e.stream))
     written = replace(lazy, events=tuple(lazy.events))
     assert lazy.events == tuple(expected) and len(lazy.events) == len(expected)
@@ -137,10 +137,11 @@ def test_pipeline_sends_ride_their_producers_process():
     compiled = engine.compile_plan(plan, UnitCostModel())
     riders = engine._riders(compiled, None)
     sends = {i for i, op in enumerate(compiled.ops) if op.stream == "comm"}
-    assert sends and {j for ops in riders.values() for _, j in ops} == sends
-    for trigger, ops in riders.items():
-        assert compiled.ops[trigger].stream == "compute"
-        assert all(compiled.steps[j][5] == (trigger,) for _, j in ops)
+    assert sends and {j for ops in riders if ops for _, j in ops} == sends
+    for trigger, ops in enumerate(riders):
+        if ops:
+            assert compiled.ops[trigger].stream == "compute"
+            assert all(compiled.steps[j][5] == (trigger,) for _, j in ops)
     start, finish, _, _ = engine.replay(compiled)
     recurrence.check(compiled, start, finish)
 
@@ -157,6 +158,6 @@ def test_riders_change_no_time_and_no_memory_change(name, options, pp, dp, cp, l
     compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, "selective").expand(),
                                    UnitCostModel())
     with_riders = engine.replay(compiled)
-    with mock.patch.object(engine, "_riders", lambda compiled, only: {}):
+    with mock.patch.object(engine, "_riders", lambda compiled, only: [None] * len(compiled.dur)):
         alone = engine.replay(compiled)
     assert with_riders == alone

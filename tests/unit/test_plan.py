@@ -44,7 +44,7 @@ def _replace_op(plan, where, token, **changes):
         ops = tuple(op.evolve(**changes) if (op.device, op.token) == (where, token)
                     else op for op in prog.ops)
         programs.append(dataclasses.replace(prog, ops=ops))
-    return dataclasses.replace(plan, programs=tuple(programs))
+    return plan.with_programs(tuple(programs))
 
 
 def test_validate_missing_dependency_marks_op():
@@ -65,7 +65,7 @@ def test_validate_missing_backward():
     programs = tuple(dataclasses.replace(p, ops=tuple(o for o in p.ops if o.token != "s1B3"))
                      for p in plan.programs)
     with pytest.raises(PlanError, match="chunk 3 has 0 of 14 token-layers of B on stage 1"):
-        dataclasses.replace(plan, programs=programs).validate()
+        plan.with_programs(programs).validate()
 
 
 @pytest.mark.parametrize("device,token,changes,message", [

@@ -15,32 +15,33 @@ from ltsim.sim.engine import Compiled
 
 def recurrence(compiled: Compiled) -> tuple[list, list]:
     """Start and end time of every op (None for ops that never run: a deadlock)."""
-    steps = compiled.steps
-    n = len(steps)
+    dur, deps_of, starts_of, colls = (compiled.dur, compiled.deps, compiled.start_deps,
+                                      compiled.coll)
+    n = len(dur)
     start: list = [None] * n
     finish: list = [None] * n
-    programs = [(first, stop) for _, _, first, stop in compiled.programs if stop > first]
-    position = [first for first, _ in programs]
+    programs = [rows for _, _, rows in compiled.programs if rows]
+    position = [0] * len(programs)
     clock = [0.0] * len(programs)
     arrivals: dict = {}  # collective -> [members arrived, latest arrival]
     arrived: set = set()
     moved = True
     while moved:
         moved = False
-        for p, (_, stop) in enumerate(programs):
-            i, t = position[p], clock[p]
-            while i < stop:
-                dur, _, _, _, _, deps, start_deps, coll = steps[i]
+        for p, rows in enumerate(programs):
+            k, t = position[p], clock[p]
+            while k < len(rows):
+                i = rows[k]
                 ready = t
                 blocked = False
-                for d in deps:
+                for d in deps_of[i]:
                     end = finish[d]
                     if end is None:
                         blocked = True
                         break
                     ready = max(ready, end)
                 if not blocked:
-                    for d in start_deps:
+                    for d in starts_of[i]:
                         begin = start[d]
                         if begin is None:
                             blocked = True
@@ -48,6 +49,7 @@ def recurrence(compiled: Compiled) -> tuple[list, list]:
                         ready = max(ready, begin)
                 if blocked:
                     break
+                coll = colls[i]
                 if coll is not None:
                     entry = arrivals.setdefault(coll, [0, 0.0])
                     if i not in arrived:
@@ -58,10 +60,10 @@ def recurrence(compiled: Compiled) -> tuple[list, list]:
                         break
                     ready = entry[1]
                 start[i] = ready
-                t = finish[i] = ready + dur if dur > 0 else ready
-                i += 1
+                t = finish[i] = ready + dur[i] if dur[i] > 0 else ready
+                k += 1
                 moved = True
-            position[p], clock[p] = i, t
+            position[p], clock[p] = k, t
     return start, finish
 
 
@@ -71,6 +73,6 @@ def check(compiled: Compiled, engine_start: list, engine_finish: list) -> tuple[
     if start != engine_start or finish != engine_finish:
         bad = next(i for i in range(len(start))
                    if start[i] != engine_start[i] or finish[i] != engine_finish[i])
-        raise AssertionError(f"recurrence and engine differ at op {compiled.ops[bad].key}: "
+        raise AssertionError(f"recurrence and engine differ at op {compiled.table.key(bad)}: "
                              f"{start[bad]}-{finish[bad]} vs {engine_start[bad]}-{engine_finish[bad]}")
     return start, finish

@@ -1,0 +1,367 @@
+"""Compiling a plan for the replay (issue 13): every op priced once per distinct shape of work,
+over the plan's columns (ltsim/optable.py), into the per-op durations and memory deltas the
+engine (ltsim/sim/engine.py) reads. Prices are values, shared by the engines of one price scope
+(``shared_prices``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import chain
+
+import numpy as np
+
+from ltsim.costs import CostModel, duration_s
+from ltsim.errors import PlanError
+from ltsim.optable import B, COLL, KEEP_OF, KIND_OF, OPT, PART_OF, ints
+from ltsim.plan import Buffer, Comm, Op, OpKey, OpKind, Plan
+
+
+class Compiled:
+    """A plan as the replay reads it, per op (row of the plan's table, ltsim/optable.py): its
+    duration, memory deltas, the rows it waits for and its collective. Built once per plan
+    (``compile_plan``)."""
+
+    __slots__ = ("plan", "table", "programs", "dur", "alloc", "host_alloc", "free", "host_free",
+                 "deps", "start_deps", "coll", "static", "host_static")
+
+    def __init__(self, plan: Plan, programs: list[tuple[int, str, list[int]]], dur: list[float],
+                 alloc: list[int], host_alloc: list[int], free: list[int], host_free: list[int],
+                 coll: list, static: list[int], host_static: list[int]) -> None:
+        self.plan = plan
+        self.table = plan.table
+        self.programs = programs  # (device, stream, its rows in order)
+        self.dur, self.alloc, self.host_alloc, self.free, self.host_free = (dur, alloc, host_alloc,
+                                                                            free, host_free)
+        self.deps, self.start_deps = self.table.deps, self.table.start_deps  # row ids
+        self.coll = coll  # per row: (token, members) of a collective of several devices, or None
+        self.static = static
+        self.host_static = host_static  # per device: what it keeps in host memory throughout
+
+    @property
+    def ops(self) -> list[Op]:
+        """The Op of every row (written out: for messages and tests)."""
+        return self.table.ops()
+
+    @property
+    def steps(self) -> list[tuple]:
+        """Per row: (dur, alloc, host_alloc, free, host_free, deps, start_deps, coll)."""
+        return list(zip(self.dur, self.alloc, self.host_alloc, self.free, self.host_free,
+                        self.deps, self.start_deps, self.coll))
+
+
+class Prices:
+    """What a cost model said, by value: a compute op's duration and working-set bytes per (kind,
+    cost shape, part, keep), comm durations per comm key, buffer bytes per shape, optimizer steps
+    per device, each with the notes (would-be warnings) computing it made. Values only, so sound
+    for any plan priced by a cost model of the same ``price_scope``: Engines of one scope share one
+    (``shared_prices``: the batches of a run, the points of a sweep, maxlen's probes), and the
+    notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
+    warns as if it had priced alone."""
+
+    __slots__ = ("compute", "durations", "comm_keys", "buffers", "optimizer")
+
+    def __init__(self) -> None:
+        self.compute: dict = {}  # -> (seconds, working-set bytes, notes)
+        self.durations: dict = {}  # comm key -> (seconds, notes)
+        self.comm_keys: dict = {}  # a comm's value (its work by cost shape) -> its comm key
+        self.buffers: dict = {}
+        self.optimizer: dict = {}
+
+    def __len__(self) -> int:
+        return (len(self.compute) + len(self.durations) + len(self.comm_keys) + len(self.buffers)
+                + len(self.optimizer))
+
+
+_SHARED: dict = {}  # price scope -> Prices, the most recently used last
+SHARED_SCOPES = 4
+SHARED_ENTRIES = 200_000  # per scope, then begun anew: ~65 MB (324 B a price: cache_costs.py)
+
+
+def shared_prices(cost: CostModel) -> Prices:
+    """The Prices of ``cost``'s scope (a new one when it has none, or has grown past
+    SHARED_ENTRIES)."""
+    scope = cost.price_scope()
+    if scope is None:
+        return Prices()
+    prices = _SHARED.pop(scope, None)
+    if prices is None or len(prices) > SHARED_ENTRIES:
+        prices = Prices()
+    _SHARED[scope] = prices
+    while len(_SHARED) > SHARED_SCOPES:
+        del _SHARED[next(iter(_SHARED))]
+    return prices
+
+
+def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
+    """Price every op once per distinct shape, over the plan's columns. ``prices``: what earlier
+    plans priced with a cost model of ``cost``'s scope, filled in as a side effect."""
+    prices = Prices() if prices is None else prices
+    table = plan.table
+    n = len(table)
+    if table.missing:
+        row, missing, _ = table.missing[0]
+        key = table.key(row)
+        raise PlanError(f"{plan.strategy}: op {key} depends on {missing}, which is not in the "
+                        f"plan\n{plan.grid(mark=key)}")
+    again: set = set()  # the notes of the prices this plan takes: made once, at the end
+    shapes = _Shapes(table)
+    kind, work, comm = table.array("kind"), table.array("work"), table.array("comm")
+    dur = np.zeros(n)
+    size = np.zeros(n, dtype=np.int64)  # a compute op's working set, held while it runs
+    # compute ops: priced once per (kind, cost shape, part, keep)
+    computed = (work >= 0) & (kind != OPT)
+    rows = np.flatnonzero(computed)
+    if len(rows):
+        code = (((shapes.number[work[rows]] * len(KIND_OF) + kind[rows]) * len(PART_OF)
+                 + table.array("part")[rows]) * len(KEEP_OF) + table.array("keep")[rows])
+        unique, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        seconds, working = np.zeros(len(unique)), np.zeros(len(unique), dtype=np.int64)
+        for u, row in enumerate(rows[first].tolist()):
+            pkey = (KIND_OF[table.kind[row]], shapes.of(table.work[row]),
+                    PART_OF[table.part[row]], KEEP_OF[table.keep[row]])
+            hit = prices.compute.get(pkey)
+            if hit is None:
+                hit = prices.compute[pkey] = _compute_price(cost, table.bare_op(row))
+            seconds[u], working[u], notes = hit
+            if notes:
+                again.update(notes)
+        dur[rows] = seconds[inverse]
+        size[rows] = working[inverse]
+    rest = np.flatnonzero(~computed)
+    moved = rest[comm[rest] >= 0]
+    if len(moved):
+        dur[moved] = _comm_seconds(table, shapes, cost, prices, again)[comm[moved]]
+    for row in rest[comm[rest] < 0].tolist():  # optimizer steps, per device
+        if kind[row] != OPT:
+            raise ValueError(f"op {table.token(row)} carries neither work nor comm")
+        device = plan.devices[table.device[row]]
+        hit = prices.optimizer.get(device)
+        if hit is None:
+            hit = prices.optimizer[device] = cost.noted(cost.optimizer_s, device)
+        dur[row] = hit[0]
+        if hit[1]:
+            again.update(hit[1])
+        if work[row] >= 0:  # an optimizer step naming a work (none does): its working set
+            held, notes = cost.noted(_working_bytes, cost, table.bare_op(row))
+            again.update(notes)
+            size[row] = held
+    sizes = _buffer_sizes(table, shapes, cost, prices, again)
+    alloc, host_alloc = _effect_bytes(table.allocs, sizes, table.buffers.host)
+    free, host_free = _effect_bytes(table.frees, sizes, table.buffers.host)
+    alloc += size
+    free += size
+    _defer_layerwise(table, alloc, free, cost, prices)
+    if again:
+        cost.renote(tuple(again))
+    coll: list = [None] * n
+    groups = table.groups
+    for row in np.flatnonzero(kind == COLL).tolist():
+        group = groups[table.group[row]]
+        if len(group) > 1:
+            coll[row] = (table.token(row), group)
+    static = [cost.static_memory_bytes(d) for d in plan.devices]
+    host_static = [cost.static_host_bytes(d) for d in plan.devices]
+    return Compiled(plan, table.programs, dur.tolist(), alloc.tolist(), host_alloc.tolist(),
+                    free.tolist(), host_free.tolist(), coll, static, host_static)
+
+
+class _Shapes:
+    """The cost shapes (Work.cost_shape) of a table's works, numbered (``number``: per work):
+    the engine prices once per shape."""
+
+    __slots__ = ("works", "arrays", "number", "_tuples")
+
+    def __init__(self, table) -> None:
+        self.works = table.works
+        self.arrays = table.work_arrays()
+        self.number = self.arrays["shape"]
+        self._tuples: dict[int, tuple] = {}
+
+    def of(self, w: int) -> tuple:
+        """The cost shape of work ``w``."""
+        number = int(self.number[w])
+        found = self._tuples.get(number)
+        if found is None:
+            found = self._tuples[number] = self.works.shape(number, self.arrays)
+        return found
+
+
+def _comm_seconds(table, shapes: _Shapes, cost: CostModel, prices: Prices, again: set
+                  ) -> np.ndarray:
+    """Per comm of the table, its seconds: by comm_key, which sends on other GPUs share (a key
+    by shape and GPUs first costs as much as it saves), each key computed once per value of the
+    comm with its work by cost shape."""
+    comms = table.comms
+    gpus = np.fromiter(chain.from_iterable(comms.gpus), np.int64, 2 * len(comms)).reshape(-1, 2)
+    span = int(gpus.max()) + 1 if len(gpus) else 1
+    code = ((ints(comms.cls) * (int(shapes.number.max()) + 1)
+             + shapes.number[ints(comms.work)]) * span + gpus[:, 0]) * span \
+        + gpus[:, 1]
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    seconds = np.zeros(len(first))
+    for u, c in enumerate(first.tolist()):
+        collective, tensor, group_size, steps, pinned = comms.classes[comms.cls[c]]
+        vkey = (collective, tensor, shapes.of(comms.work[c]), group_size, comms.gpus[c], steps,
+                pinned)
+        ckey = prices.comm_keys.get(vkey)
+        if ckey is None:
+            ckey = prices.comm_keys[vkey] = cost.comm_key(comms[c])
+        hit = prices.durations.get(ckey)
+        if hit is None:
+            hit = prices.durations[ckey] = cost.noted(duration_s, cost, _comm_op(comms[c]))
+        seconds[u] = hit[0]
+        if hit[1]:
+            again.update(hit[1])
+    return seconds[inverse]
+
+
+def _comm_op(comm: Comm) -> Op:
+    return Op(kind=OpKind.COLL, device=0, stage=0, comm=comm)
+
+
+def _buffer_sizes(table, shapes: _Shapes, cost: CostModel, prices: Prices, again: set
+                  ) -> np.ndarray:
+    """Per buffer of the table, its bytes, priced once per (kind, cost shape, keep, host)."""
+    buffers = table.buffers
+    sizes = np.zeros(len(buffers), dtype=np.int64)
+    if not len(buffers):
+        return sizes
+    code = (((ints(buffers.kind) * (int(shapes.number.max()) + 1)
+              + shapes.number[ints(buffers.work)]) * len(KEEP_OF) + ints(buffers.keep))
+            * 2 + np.fromiter(buffers.host, np.int64, len(buffers)))
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    unique = np.zeros(len(first), dtype=np.int64)
+    for u, b in enumerate(first.tolist()):
+        bkey = (buffers.kinds[buffers.kind[b]], shapes.of(buffers.work[b]),
+                KEEP_OF[buffers.keep[b]], buffers.host[b])
+        hit = prices.buffers.get(bkey)
+        if hit is None:
+            hit = prices.buffers[bkey] = cost.noted(cost.buffer_bytes, buffers[b])
+        unique[u] = hit[0]
+        if hit[1]:
+            again.update(hit[1])
+    sizes[:] = unique[inverse]
+    return sizes
+
+
+def _effect_bytes(effects: list[tuple[int, ...]], sizes: np.ndarray, host: list[bool]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the device and the host bytes of the buffers ``effects`` lists (allocs or
+    frees)."""
+    n = len(effects)
+    counts = np.fromiter(map(len, effects), np.int64, n)
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    flat = np.fromiter(chain.from_iterable(effects), np.int64, total)
+    owner = np.repeat(np.arange(n), counts)
+    on_host = np.fromiter(host, bool, len(host))[flat]
+    device_bytes = np.bincount(owner[~on_host], weights=sizes[flat][~on_host], minlength=n)
+    host_bytes = np.bincount(owner[on_host], weights=sizes[flat][on_host], minlength=n)
+    return device_bytes.astype(np.int64), host_bytes.astype(np.int64)
+
+
+def _defer_layerwise(table, alloc: np.ndarray, free: np.ndarray, cost: CostModel,
+                     prices: Prices) -> None:
+    """Move the part of a backward's context K/V gradients that ``layerwise_deferral`` charges
+    at its end (or its rest's end), in place."""
+    kind = table.array("kind")
+    candidates = {row for row in np.flatnonzero(kind == B).tolist() if table.allocs[row]}
+    if not candidates:
+        return
+
+    def device_bytes(buffers) -> int:  # as priced above
+        total = 0
+        for buf in buffers:
+            if not buf.host:
+                hit = prices.buffers.get((buf.kind, buf.work.cost_shape(), buf.keep, buf.host))
+                total += hit[0] if hit is not None else cost.buffer_bytes(buf)
+        return total
+
+    for _, _, rows in table.programs:
+        if not candidates.intersection(rows):
+            continue
+        ops = _RowOps(table, rows)
+        for i, row in enumerate(rows):
+            if row in candidates:
+                deferred, j = layerwise_deferral(ops, i, device_bytes)
+                alloc[row] -= deferred
+                free[rows[j]] -= deferred
+
+
+class _RowOps(Sequence):
+    """One program's rows as Op tuples without dependencies (what layerwise_deferral reads)."""
+
+    def __init__(self, table, rows: list[int]) -> None:
+        self._table, self._rows = table, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        return self._table.bare_op(self._rows[i])
+
+
+def layerwise_deferral(ops: Sequence[Op], i: int,
+                       device_bytes: Callable[[Sequence[Buffer]], int]) -> tuple[int, int]:
+    """(bytes, index): of the context K/V gradients ("kv_grad") that backward ``ops[i]`` (of one
+    program, in order) allocates, the bytes charged at the end of ``ops[index]`` rather than at
+    its start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier
+    tokens appear when its backward runs, and its stored activations (the "act" or, under full
+    recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which is
+    rebuilt for every layer and held to the end) are released once it is done. So in the op the
+    level rises by max over layers of (the gradients so far less the activations released so
+    far), which for A bytes of gradients and F of activations, each even over the layers, is
+    max(A / L, A - F (L - 1) / L): the op's allocs less d = (L - 1) / L x min(A, F). That d is
+    charged at its end, where the level is the same as before. A backward split for context
+    parallelism (``split_cp``: its attention part, which allocates, then the rest, which
+    releases, the next op) defers to the end of the rest. ``device_bytes``: the device bytes of
+    some buffers (maxlen.peak_terms splits the peak the same way). (0, i) when nothing is
+    deferred."""
+    op = ops[i]
+    work = op.work
+    if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
+        return 0, i
+    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
+    if not grads:
+        return 0, i
+    j = i
+    if op.part == "attn":  # split_cp puts the rest of this backward right after it
+        j = i + 1
+        rest = ops[j] if j < len(ops) else None
+        if (rest is None or rest.kind is not OpKind.B or rest.part != "dense"
+                or rest.chunk != op.chunk or rest.work != work):
+            return 0, i
+    acts = device_bytes([b for b in ops[j].frees if b.kind in _LAYERWISE and b.work.num_layers > 1])
+    return (work.num_layers - 1) * min(grads, acts) // work.num_layers, j
+
+
+def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
+                        ) -> dict[OpKey, tuple[int, int]]:
+    """``layerwise_deferral`` of every backward of one program: per op key, (bytes charged less
+    at its start, bytes released less at its end)."""
+    out: dict[OpKey, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind is OpKind.B and op.allocs:
+            deferred, j = layerwise_deferral(ops, i, device_bytes)
+            if deferred:
+                if j == i:
+                    out[op.key] = (deferred, deferred)
+                else:
+                    out[op.key] = (deferred, 0)
+                    out[ops[j].key] = (0, deferred)
+    return out
+
+
+_LAYERWISE = ("act", "ckpt")  # buffers of a backward's layers, released as it passes each
+
+
+def _working_bytes(cost: CostModel, op: Op) -> int:
+    return cost.working_bytes(op.kind, op.work, part=op.part)
+
+
+def _compute_price(cost: CostModel, op: Op) -> tuple[float, int, tuple]:
+    """A compute op's seconds and working-set bytes, with the notes computing them made."""
+    seconds, timing = cost.noted(duration_s, cost, op)
+    size, sizing = cost.noted(_working_bytes, cost, op)
+    return seconds, size, timing + sizing
