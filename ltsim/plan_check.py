@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -103,41 +104,67 @@ def _check_mirrors(plan: Plan):
     if not plan.mirrors:
         return None
     live = {device for device, _, _ in plan.table.programs}
-    chunks = {c.index: c for c in plan.chunks}
+    chunks = plan.chunks
     lengths = plan.seq_lengths
-    layouts: dict[int, list] = {}  # a source chunk's, computed once for all its copies
     replica_devices: dict[int, set] = {}
     for device in plan.devices:
         replica_devices.setdefault(device.replica, set()).add(device.index)
+    # per chunk (by position): its first slice's start, stop and sequence length, its slice count
+    pieces = _pieces(plan)
+    counts = np.bincount(pieces["chunk"], minlength=len(chunks))
+    first = np.cumsum(counts) - counts
+    clipped = np.minimum(first, max(len(pieces["seq"]) - 1, 0))
+    lengths_of = np.fromiter(lengths, np.int64, len(lengths))
+    head = (np.stack([pieces["start"][clipped], pieces["stop"][clipped],
+                      lengths_of[pieces["seq"][clipped]]]) if len(pieces["seq"])
+            else np.zeros((3, len(chunks)), np.int64))
+    indices = pieces["index"]
+    replicas = pieces["replica"]
+    position = np.full(int(indices.max()) + 2 if len(indices) else 1, -1, dtype=np.int64)
+    position[indices] = np.arange(len(chunks))
 
-    def layout(chunk: int) -> list:
-        return [(x.start, x.stop, lengths[x.seq]) for x in chunks[chunk].slices]
+    def layout(at: int) -> list:
+        return [(x.start, x.stop, lengths[x.seq]) for x in chunks[at].slices]
 
-    for mirror in plan.mirrors:
+    device_problem = None  # the first mirror's device problem, as (mirror, message)
+    for m, mirror in enumerate(plan.mirrors):
         where = f"mirror of replica {mirror.source} as replica {mirror.replica}"
         pair = (mirror.source, mirror.replica)
         for src, dst in mirror.devices:
             a, b = plan.devices[src], plan.devices[dst]
             if dst in live or a.stage != b.stage or (a.replica, b.replica) != pair:
-                return f"{where}: device {dst} cannot repeat device {src}", None
-        unpaired = replica_devices.get(mirror.replica, set()) - {dst for _, dst in mirror.devices}
-        if unpaired:
-            return f"{where}: device {min(unpaired)} repeats no device", None
-        for src, dst in mirror.chunks:
-            a, b = chunks.get(src), chunks.get(dst)
-            if a is None or b is None or a.replica != pair[0] or b.replica != pair[1]:
-                return f"{where}: chunk {dst} cannot repeat chunk {src}", None
-            x, y = a.slices, b.slices
-            if len(x) == 1 == len(y):  # one sequence each (Megatron's micro-batches): directly
-                same = (x[0].start == y[0].start and x[0].stop == y[0].stop
-                        and lengths[x[0].seq] == lengths[y[0].seq])
-            else:
-                source = layouts.get(src)
-                if source is None:
-                    source = layouts[src] = layout(src)
-                same = layout(dst) == source
-            if not same:
-                return f"{where}: chunk {dst} does not have chunk {src}'s token layout", None
+                device_problem = (m, f"{where}: device {dst} cannot repeat device {src}")
+                break
+        else:
+            unpaired = (replica_devices.get(mirror.replica, set())
+                        - {dst for _, dst in mirror.devices})
+            if unpaired:
+                device_problem = (m, f"{where}: device {min(unpaired)} repeats no device")
+        if device_problem is not None:
+            break
+    # every mirror's chunk pairs at once
+    sizes = [len(mirror.chunks) for mirror in plan.mirrors]
+    pairs = _mirror_pairs(plan)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    src, dst = pairs[:, 0], pairs[:, 1]
+    a, b = (position[np.where((c >= 0) & (c < len(position) - 1), c, len(position) - 1)]
+            for c in (src, dst))
+    expected = np.array([(m.source, m.replica) for m in plan.mirrors], dtype=np.int64)[owner]
+    unknown = (a < 0) | (b < 0) | (replicas[a] != expected[:, 0]) | (replicas[b] != expected[:, 1])
+    alone = (counts[a] == 1) & (counts[b] == 1)  # one sequence each (Megatron's): directly
+    differ = ~unknown & alone & (head[:, a] != head[:, b]).any(axis=0)
+    for k in np.flatnonzero(~unknown & ~alone).tolist():
+        differ[k] = layout(int(a[k])) != layout(int(b[k]))
+    bad = unknown | differ
+    k = int(np.argmax(bad)) if bad.any() else -1
+    if device_problem is not None and (k < 0 or device_problem[0] <= owner[k]):
+        return device_problem[1], None
+    if k >= 0:
+        mirror = plan.mirrors[owner[k]]
+        where = f"mirror of replica {mirror.source} as replica {mirror.replica}"
+        if unknown[k]:
+            return f"{where}: chunk {dst[k]} cannot repeat chunk {src[k]}", None
+        return f"{where}: chunk {dst[k]} does not have chunk {src[k]}'s token layout", None
     return None
 
 
@@ -148,7 +175,8 @@ def _check_coverage(plan: Plan):
     mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
     table = plan.table
     stages = plan.num_stages  # a property over devices: once
-    chunk_ids = np.fromiter((c.index for c in plan.chunks), np.int64, len(plan.chunks))
+    pieces = _pieces(plan)
+    chunk_ids = pieces["index"]
     size = int(chunk_ids.max()) + 1 if len(chunk_ids) else 0
     compute = [rows for _, stream, rows in table.programs if stream == "compute"]
     rows = np.fromiter(chain.from_iterable(compute), np.int64, sum(map(len, compute)))
@@ -170,19 +198,21 @@ def _check_coverage(plan: Plan):
     forwards = np.bincount(bins[~backward], weights=share[~backward], minlength=size * stages)
     backwards = np.bincount(bins[backward], weights=share[backward], minlength=size * stages)
     stage_widths = np.array([stop - first for first, stop in plan.stage_layers])
-    tokens = np.fromiter((c.num_tokens for c in plan.chunks), np.int64, len(plan.chunks))
-    need = (tokens[:, None] * stage_widths[None, :]).astype(float)  # per plan chunk and stage
+    tokens = np.bincount(pieces["chunk"], weights=pieces["stop"] - pieces["start"],
+                         minlength=len(plan.chunks))
+    # the chunks the ops cover: all but mirrored ones (_check_mirrors checks those)
+    checked = np.flatnonzero(~np.isin(chunk_ids, _mirror_pairs(plan)[:, 1]))
+    chunk_ids, tokens = chunk_ids[checked], tokens[checked]
+    need = (tokens[:, None] * stage_widths[None, :]).astype(float)  # per chunk and stage
     got_f = forwards.reshape(size, stages)[chunk_ids] if size else need * 0
     got_b = backwards.reshape(size, stages)[chunk_ids] if size else need * 0
     grad_chunks = plan.grad_chunks
     grad = (np.ones(len(chunk_ids), dtype=bool) if grad_chunks is None
             else np.isin(chunk_ids, np.array(sorted(grad_chunks), dtype=np.int64)))
-    mirrored = {copy for mirror in plan.mirrors for _, copy in mirror.chunks}  # _check_mirrors
-    checked = ~np.isin(chunk_ids, np.array(sorted(mirrored), dtype=np.int64))
     slack = 1e-6 * np.maximum(need, 1)
     bad_f = np.abs(got_f - need) > slack
     bad_b = np.where(grad[:, None], np.abs(got_b - need) > slack, np.abs(got_b) > 1e-6)
-    bad = (bad_f | bad_b) & checked[:, None]
+    bad = bad_f | bad_b
     if bad.any():
         at, stage_at = np.unravel_index(int(np.argmax(bad)), bad.shape)
         index = int(chunk_ids[at])
@@ -191,16 +221,47 @@ def _check_coverage(plan: Plan):
                               int(need[at, stage_at]))
         return _uncovered(plan, index, int(stage_at), OpKind.B, float(got_b[at, stage_at]),
                           int(need[at, stage_at]) if grad[at] else 0)
-    seq_tokens = [0] * len(plan.seq_lengths)
-    for chunk_ in plan.chunks:
-        for piece in chunk_.slices:
-            if not 0 <= piece.seq < len(seq_tokens):
-                return f"chunk {chunk_.index} holds sequence {piece.seq}, not in the batch", None
-            seq_tokens[piece.seq] += piece.stop - piece.start
-    for seq, length in enumerate(plan.seq_lengths):
-        if seq_tokens[seq] != length:
-            return f"sequence {seq} has {length} tokens but its slices cover {seq_tokens[seq]}", None
+    seq, count = pieces["seq"], len(plan.seq_lengths)
+    outside = (seq < 0) | (seq >= count)
+    if outside.any():
+        at = int(np.argmax(outside))
+        return (f"chunk {plan.chunks[pieces['chunk'][at]].index} holds sequence {seq[at]}, not "
+                f"in the batch"), None
+    seq_tokens = np.bincount(seq, weights=pieces["stop"] - pieces["start"], minlength=count)
+    lengths = np.fromiter(plan.seq_lengths, np.int64, count)
+    wrong = seq_tokens != lengths
+    if wrong.any():
+        at = int(np.argmax(wrong))
+        return (f"sequence {at} has {lengths[at]} tokens but its slices cover "
+                f"{int(seq_tokens[at])}"), None
     return None
+
+
+def _pieces(plan: Plan) -> dict[str, np.ndarray]:
+    """Every slice of the plan's chunks: ``chunk`` (its chunk's position in ``plan.chunks``),
+    ``seq``, ``start``, ``stop``, in order (made once per plan: the rules share it)."""
+    return plan.table.memo("pieces", plan.chunks, lambda: _slices(plan.chunks))
+
+
+def _slices(chunks) -> dict[str, np.ndarray]:
+    index = np.fromiter(map(_INDEX, chunks), np.int64, len(chunks))
+    replica = np.fromiter(map(_REPLICA, chunks), np.int64, len(chunks))
+    counts = np.fromiter(map(len, map(_SLICES, chunks)), np.int64, len(chunks))
+    total = int(counts.sum())
+    seq, start, stop = (np.fromiter(column, np.int64, total) for column in zip(
+        *chain.from_iterable(map(_SLICES, chunks)))) if total else (np.zeros(0, np.int64),) * 3
+    return {"chunk": np.repeat(np.arange(len(chunks)), counts), "seq": seq, "start": start,
+            "stop": stop, "index": index, "replica": replica}
+
+
+def _mirror_pairs(plan: Plan) -> np.ndarray:
+    """Every mirror's (source chunk, copy chunk) pairs, one row each, mirror after mirror."""
+    return plan.table.memo("mirror pairs", plan.mirrors, lambda: np.fromiter(
+        chain.from_iterable(chain.from_iterable(m.chunks for m in plan.mirrors)), np.int64,
+        2 * sum(len(m.chunks) for m in plan.mirrors)).reshape(-1, 2))
+
+
+_INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
 
 
 def _uncovered(plan: Plan, chunk: int, stage: int, kind: OpKind, got: float, want: float):

@@ -45,18 +45,13 @@ class Slice(NamedTuple):
         return self.start
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Chunk:
-    """What one micro-batch carries through the pipeline: one or more slices, on one DP replica."""
+class Chunk(NamedTuple):
+    """What one micro-batch carries through the pipeline: one or more slices, on one DP replica.
+    A named tuple, as Slice: a batch of a 1024-GPU cluster makes thousands (``make_chunk``)."""
 
     index: int
     slices: tuple[Slice, ...]
     replica: int = 0
-
-    def __init__(self, index: int, slices: tuple[Slice, ...], replica: int = 0) -> None:
-        _SET_INDEX(self, index)  # through the slots, as Work (below): a batch makes thousands
-        _SET_CHUNK_SLICES(self, slices)
-        _SET_REPLICA(self, replica)
 
     @property
     def num_tokens(self) -> int:
@@ -70,8 +65,17 @@ class Chunk:
         return "dependent" if len(self.slices) == 1 else "hybrid"
 
 
-_SET_INDEX, _SET_CHUNK_SLICES, _SET_REPLICA = (getattr(Chunk, name).__set__
-                                               for name in ("index", "slices", "replica"))
+def make_chunk(index: int, slices: tuple[Slice, ...], replica: int) -> Chunk:
+    """``Chunk(index, slices, replica)`` by position (a NamedTuple's own __new__ is Python)."""
+    return _tuple_new(Chunk, (index, slices, replica))
+
+
+def make_slice(seq: int, start: int, stop: int) -> Slice:
+    """``Slice(seq, start, stop)`` by position."""
+    return _tuple_new(Slice, (seq, start, stop))
+
+
+_tuple_new = tuple.__new__
 
 
 class Split(NamedTuple):

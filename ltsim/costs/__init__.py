@@ -18,10 +18,13 @@ Warnings (lookups outside the tables) belong to the model instance, i.e. to one 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, TypeVar
 
 from ltsim.costs.unit import UnitCostModel
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, Op, OpKind, Work
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["CostModel", "UnitCostModel", "duration_s"]
 
@@ -48,6 +51,12 @@ class CostModel(Protocol):
     def comm_key(self, comm: Comm) -> Hashable:
         """What ``comm_s(comm)`` depends on: comms with equal keys take equal time (the engine
         prices once per key; the 1024-GPU plan of validation/perf/phases.py holds 57,344 sends)."""
+        ...
+
+    def comm_scopes(self, low: "np.ndarray", high: "np.ndarray") -> "np.ndarray":
+        """What ``comm_key`` reads of a comm's GPUs (its lowest and highest rank), one integer per
+        comm (whether they share a node): comms alike but for GPUs of one scope have one key,
+        so the engine asks for it once. A model without this method keys every GPU pair."""
         ...
 
     def optimizer_s(self, device: Device) -> float:

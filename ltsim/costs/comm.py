@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from ltsim.costs.host import HostLink
 from ltsim.hardware import ClusterSpec
 from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
@@ -44,6 +46,11 @@ class CommCosts:
     def scope(self, comm: Comm) -> str:
         gpn = self.cluster.gpus_per_node
         return "intra" if comm.gpus[0] // gpn == comm.gpus[1] // gpn else "inter"
+
+    def scopes(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """``scope`` of comms spanning GPUs ``low``..``high``, as 0 (intra) or 1 (inter)."""
+        gpn = self.cluster.gpus_per_node
+        return (low // gpn != high // gpn).astype(np.int64)
 
     def key(self, comm: Comm) -> tuple:
         """What time_s reads: a copy its buffer's work (shape, not chunk number), any other comm its

@@ -24,6 +24,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
+import numpy as np
+
 import ltsim.memory as mem
 from ltsim.costs.buffers import BufferCosts
 from ltsim.costs.comm import CommCosts
@@ -105,6 +107,9 @@ class TableCostModel:
 
     def comm_key(self, comm: Comm) -> tuple:
         return self._comm.key(comm)
+
+    def comm_scopes(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        return self._comm.scopes(low, high)
 
     def optimizer_s(self, device: Device) -> float:
         params = self._buffers.static_bytes(device).num_parameters

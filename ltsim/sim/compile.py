@@ -6,6 +6,7 @@ engine (ltsim/sim/engine.py) reads. Prices are values, shared by the engines of 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 from itertools import chain
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.optable import B, COLL, KEEP_OF, KIND_OF, OPT, PART_OF, ints
-from ltsim.plan import Buffer, Comm, Op, OpKey, OpKind, Plan
+from ltsim.plan import Buffer, Comm, Op, OpKey, OpKind, Plan, Work, make_op
 
 
 class Compiled:
@@ -150,7 +151,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     free, host_free = _effect_bytes(table.frees, sizes, table.buffers.host)
     alloc += size
     free += size
-    _defer_layerwise(table, alloc, free, cost, prices)
+    _defer_layerwise(table, alloc, free, sizes)
     if again:
         cost.renote(tuple(again))
     coll: list = [None] * n
@@ -193,10 +194,14 @@ def _comm_seconds(table, shapes: _Shapes, cost: CostModel, prices: Prices, again
     comm with its work by cost shape."""
     comms = table.comms
     gpus = np.fromiter(chain.from_iterable(comms.gpus), np.int64, 2 * len(comms)).reshape(-1, 2)
-    span = int(gpus.max()) + 1 if len(gpus) else 1
-    code = ((ints(comms.cls) * (int(shapes.number.max()) + 1)
-             + shapes.number[ints(comms.work)]) * span + gpus[:, 0]) * span \
-        + gpus[:, 1]
+    scopes = getattr(cost, "comm_scopes", None)
+    if scopes is not None:  # what the key reads of the GPUs
+        where = np.asarray(scopes(gpus[:, 0], gpus[:, 1]), dtype=np.int64)[:, None]
+    else:
+        where = gpus
+    code = ints(comms.cls) * (int(shapes.number.max()) + 1) + shapes.number[ints(comms.work)]
+    for column in where.T:
+        code = code * (int(column.max()) + 1 if len(column) else 1) + column
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     seconds = np.zeros(len(first))
     for u, c in enumerate(first.tolist()):
@@ -261,22 +266,16 @@ def _effect_bytes(effects: list[tuple[int, ...]], sizes: np.ndarray, host: list[
     return device_bytes.astype(np.int64), host_bytes.astype(np.int64)
 
 
-def _defer_layerwise(table, alloc: np.ndarray, free: np.ndarray, cost: CostModel,
-                     prices: Prices) -> None:
+def _defer_layerwise(table, alloc: np.ndarray, free: np.ndarray, sizes: np.ndarray) -> None:
     """Move the part of a backward's context K/V gradients that ``layerwise_deferral`` charges
-    at its end (or its rest's end), in place."""
+    at its end (or its rest's end), in place. ``sizes``: per buffer id, its bytes."""
     kind = table.array("kind")
     candidates = {row for row in np.flatnonzero(kind == B).tolist() if table.allocs[row]}
     if not candidates:
         return
 
-    def device_bytes(buffers) -> int:  # as priced above
-        total = 0
-        for buf in buffers:
-            if not buf.host:
-                hit = prices.buffers.get((buf.kind, buf.work.cost_shape(), buf.keep, buf.host))
-                total += hit[0] if hit is not None else cost.buffer_bytes(buf)
-        return total
+    def device_bytes(buffers: Sequence[_Held]) -> int:  # as priced above
+        return sum(int(sizes[b.id]) for b in buffers if not b.host)
 
     for _, _, rows in table.programs:
         if not candidates.intersection(rows):
@@ -289,8 +288,18 @@ def _defer_layerwise(table, alloc: np.ndarray, free: np.ndarray, cost: CostModel
                 free[rows[j]] -= deferred
 
 
+class _Held(NamedTuple):
+    """A buffer as layerwise_deferral reads it (a Buffer's kind, work and place) with its id."""
+
+    kind: str
+    work: Work
+    host: bool
+    id: int
+
+
 class _RowOps(Sequence):
-    """One program's rows as Op tuples without dependencies (what layerwise_deferral reads)."""
+    """One program's rows as Op tuples without dependencies, their buffers as ``_Held`` (what
+    layerwise_deferral reads)."""
 
     def __init__(self, table, rows: list[int]) -> None:
         self._table, self._rows = table, rows
@@ -298,8 +307,17 @@ class _RowOps(Sequence):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __getitem__(self, i):
-        return self._table.bare_op(self._rows[i])
+    def __getitem__(self, i: int) -> Op:
+        table, row = self._table, self._rows[i]
+        buffers = table.buffers
+        held = [tuple([_Held(buffers.kinds[buffers.kind[b]], table.works[buffers.work[b]],
+                             buffers.host[b], b) for b in mine])
+                for mine in (table.allocs[row], table.frees[row])]
+        work = table.work[row]
+        return make_op(KIND_OF[table.kind[row]], table.device[row], table.stage[row],
+                       table.chunk[row], "", "compute", table.works[work] if work >= 0 else None,
+                       KEEP_OF[table.keep[row]], PART_OF[table.part[row]], None, (), (), held[0],
+                       held[1], ())
 
 
 def layerwise_deferral(ops: Sequence[Op], i: int,

@@ -104,17 +104,26 @@ def mirrors_price_alike(compiled: Compiled, cost: CostModel) -> bool:
     """Whether every comm of a mirrored replica costs what its source's does: on other GPUs a
     send may cross a node boundary its source's does not. Checked once per distinct comm without
     its payload (the cost model reads the GPUs only for the scope: comm_key)."""
-    seen = set()
-    mirrors = compiled.plan.mirrors
-    for comm in compiled.table.comms:
-        shape = (comm.collective, comm.tensor, comm.group_size, comm.steps, comm.gpus, comm.pinned)
-        if shape in seen:
+    comms = compiled.table.comms
+    reps = list(dict(zip(zip(comms.cls, comms.gpus), range(len(comms)))).values())
+    gpus = np.array([comms.gpus[c] for c in reps], dtype=np.int64).reshape(-1, 2)
+    scopes = getattr(cost, "comm_scopes", None)
+    for mirror in compiled.plan.mirrors:
+        ranges = np.array(mirror.gpus, dtype=np.int64).reshape(-1, 2)
+        inside = ((gpus[:, :, None] >= ranges[:, 0]) & (gpus[:, :, None] <= ranges[:, 1])).any(2)
+        moved = inside.all(axis=1)  # both ends in the source replica: shifted with it
+        if not moved.any():
             continue
-        seen.add(shape)
-        key = cost.comm_key(comm)
-        for mirror in mirrors:
-            gpus = mirrored_gpus(mirror, comm.gpus)
-            if gpus != comm.gpus and cost.comm_key(comm._replace(gpus=gpus)) != key:
+        if scopes is not None:  # the key reads the GPUs only through their scope
+            low, high = gpus[moved, 0], gpus[moved, 1]
+            if (np.asarray(scopes(low, high)) != np.asarray(scopes(low + mirror.gpu_shift,
+                                                               high + mirror.gpu_shift))).any():
+                return False
+            continue
+        for c in np.array(reps)[moved].tolist():
+            comm = comms[c]  # one of each class and GPUs (payloads ignored)
+            shifted = mirrored_gpus(mirror, comm.gpus)
+            if cost.comm_key(comm._replace(gpus=shifted)) != cost.comm_key(comm):
                 return False
     return True
 

@@ -39,14 +39,14 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from ltsim.errors import ConfigError
-from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
+from ltsim.plan import Chunk, Keep, OpKind, Plan
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.chunking import pack_sequences, renumber, split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.packing import POLICIES
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions
 from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
-                                      context_grads, keep_policy, mems)
+                                      context_grads, keep_policy, mems, own_key)
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -96,7 +96,7 @@ def _chunks(seq_ids: tuple[int, ...], lengths: tuple[int, ...], size: int, packi
     return tuple(chunks), tuple(tuple(g) for g in dependent)
 
 
-def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
+def group_actions(ids: list[int], k: int, keep: Keep
                   ) -> tuple[list[list[Action]], list[list[Action]]]:
     """Forward items and backward items (descending) of one group under Algorithm 2 (see above).
 
@@ -114,7 +114,7 @@ def group_actions(ids: list[int], k: int, keep: Keep, device: int, stage: int
         grads = context_grads(ids, i) if i == n - 1 else ()
         frees = ((mems("kv_grad") if i < n - 1 else ())
                  + ((Mem("kv_grad", ids[n - 1]),) if i == 0 and n > 1 else ()))
-        deps = (op_key(device, stage, OpKind.B, ids[i + 1]),) if i < n - 1 else ()
+        deps = (own_key(OpKind.B, ids[i + 1]),) if i < n - 1 else ()
         state = ("kv",) if i < n - 1 else ()
         # the K/V later chunks attend to stay until the chunk's own backward: they are the leaves
         # that hold its dK/dV (ltsim/executor/state.py)
@@ -170,18 +170,16 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
         grouped = {c for g in groups for c in g}
         units = groups + [[c.index] for c in mine if c.index not in grouped]
         units.sort(key=lambda u: u[0])
-        # a standalone chunk's actions name no device: build them once for every stage
-        alone = {u[0]: group_actions(u, options.k, keep, -1, -1) for u in units if len(u) == 1}
+        # a unit's actions name no device: built once for every stage
+        fwd: list[list[Action]] = []
+        bwd: list[list[Action]] = []
+        for unit in units:
+            f_items, b_items = group_actions(unit, options.k, keep)
+            fwd += f_items
+            bwd += b_items
         for stage in range(ctx.parallel.pp):
-            device = layout.device(replica, stage)
-            fwd: list[list[Action]] = []
-            bwd: list[list[Action]] = []
-            for unit in units:
-                f_items, b_items = (alone[unit[0]] if len(unit) == 1 else
-                                    group_actions(unit, options.k, keep, device, stage))
-                fwd += f_items
-                bwd += b_items
-            orders[device] = interleave_1f1b(fwd, bwd, stage, ctx.parallel.pp)
+            orders[layout.device(replica, stage)] = interleave_1f1b(fwd, bwd, stage,
+                                                                    ctx.parallel.pp)
     return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
                           chunks=tuple(chunks), devices=layout.devices(), orders=orders,
                           mirrors=mirrors), layout)

@@ -156,21 +156,27 @@ class Draft:
                        groups=self.groups, missing=missing)
 
     def _resolve_keys(self, programs) -> tuple[tuple[int, OpKey, bool], ...]:
-        named = {d.device for r in self.keyed for d in self.deps[r] + self.start_deps[r]
-                 if type(d) is not int}
+        """Each keyed row's dependencies as row ids; a key of device -1 names an op of the row's
+        own device and stage (``schedule.own_key``)."""
+        keyed = sorted(self.keyed)
+        where = dict(zip(keyed, zip(self._data[1, keyed].tolist(), self._data[2, keyed].tolist())))
+        named = {where[r][0] if d.device < 0 else d.device for r in keyed
+                 for d in self.deps[r] + self.start_deps[r] if type(d) is not int}
         rows = np.array([r for device, _, mine in programs if device in named for r in mine],
                         dtype=np.int64)
         fields = self._data[:5, rows].tolist()  # kind, device, stage, chunk, name
         rows_of = dict(zip(zip(fields[1], fields[2], fields[0], fields[3], fields[4]),
                            rows.tolist()))  # by (device, stage, kind code, chunk, name id)
         missing = []
-        for r in sorted(self.keyed):
+        for r in keyed:
             for column, start in ((self.deps, False), (self.start_deps, True)):
                 ids = []
                 for d in column[r]:
                     if type(d) is int:
                         ids.append(d)
                         continue
+                    if d.device < 0:
+                        d = d._replace(device=where[r][0], stage=where[r][1])
                     found = rows_of.get((d.device, d.stage, KIND_CODE[d.kind], d.chunk,
                                          self._name_ids.get(d.name, -1)))
                     if found is None:

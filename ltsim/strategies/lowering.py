@@ -160,33 +160,48 @@ def _plain(draft: Draft, mem, work: list[int], keep: list[int]) -> list[int]:
 
 
 def _resolve(draft: Draft, mems, action: Action, w: int, device: Device) -> tuple[int, ...]:
-    """The buffers an action's effects (Mems) stand for, on its work ``w``. Only activations
-    depend on the keep policy, the embedding / head and tiling: the other kinds hold a chunk's
-    slices on a layer range (one work per such value, which the K/V and gradients of a chunk and
-    of the chunks after it share)."""
+    """The buffers an action's effects (Mems) stand for, on its work ``w``: each on the work of
+    the action's chunk (or the Mem's other chunk, with that chunk's own slices) as the Mem's
+    ``_held`` variant of the action's says."""
     works, buffers = draft.works, draft.buffers
-    own, ref = works.chunk[w], works.ref[w]
-    layers, split, embed, head, tiling = works.variants[works.variant[w]]
+    own, ref, variant = works.chunk[w], works.ref[w], works.variant[w]
     out = []
     for mem in mems:
         other = mem.chunk >= 0 and mem.chunk != action.chunk
-        chunk, slices = (mem.chunk, -1) if other else (own, ref)
-        if mem.kind != "act":
-            span = mem.layers or layers
-            if mem.one_layer:
-                span = (span[0], span[0] + 1)
-            base = works.add(chunk, slices, works.variant_id(span, split, False, False, NO_TILING))
-            out.append(buffers.add(mem.kind, base, _ALL, mem.host))
-            continue
+        held, keep = _held(works, variant, mem, device)
+        out.append(buffers.add(mem.kind, works.add(mem.chunk if other else own,
+                                                   -1 if other else ref, held),
+                               keep if keep >= 0 else KEEP_CODE[action.keep], mem.host))
+    return tuple(out)
+
+
+def _held(works: Works, variant: int, mem, device: Device) -> tuple[int, int]:
+    """The variant of the work a Mem's buffer holds, for an action's work of ``variant``, and
+    the buffer's keep code (-1: the action's). Only activations depend on the keep policy, the
+    embedding / head and tiling: the other kinds hold a chunk's slices on a layer range (one
+    work per such value, which the K/V and gradients of a chunk and of the chunks after it
+    share). Made once per (variant, Mem value, the device's embedding and head)."""
+    key = (variant, mem, device.embed, device.head)
+    found = works.derived.get(key)
+    if found is not None:
+        return found
+    layers, split, embed, head, tiling = works.variants[variant]
+    if mem.kind != "act":
+        span = mem.layers or layers
+        if mem.one_layer:
+            span = (span[0], span[0] + 1)
+        found = works.variant_id(span, split, False, False, NO_TILING), _ALL
+    else:
         span, with_embed, with_head = layers, embed, head
         if mem.layers is not None:  # part of the action's layers: embedding / head at its ends
             span, with_embed, with_head = (mem.layers, embed and mem.layers[0] == layers[0],
                                            head and mem.layers[1] == layers[1])
         if mem.one_layer:  # a full recompute's working set: one layer, embedding input, logits
             span, with_embed, with_head = (span[0], span[0] + 1), device.embed, device.head
-        held = works.add(chunk, slices, works.variant_id(span, split, with_embed, with_head, tiling))
-        out.append(buffers.add("act", held, KEEP_CODE[mem.keep or action.keep], mem.host))
-    return tuple(out)
+        found = (works.variant_id(span, split, with_embed, with_head, tiling),
+                 KEEP_CODE[mem.keep] if mem.keep is not None else -1)
+    works.derived[key] = found
+    return found
 
 
 # -- P2P ------------------------------------------------------------------------------------------

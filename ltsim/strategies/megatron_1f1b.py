@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
-from ltsim.plan import Chunk, Plan, Slice
+from ltsim.plan import Chunk, Plan
+from ltsim.work import make_chunk, make_slice
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b
@@ -59,11 +60,16 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
-        replicas.append([])
-        for group in group_sequences(seq_ids, batch, options):
-            chunk = Chunk(len(chunks), tuple([Slice(s, 0, batch[s]) for s in group]), replica)
-            chunks.append(chunk)
-            replicas[-1].append(chunk)
+        if options.micro_batch_size == 1 and not options.pack_tokens:  # a sequence a chunk
+            mine = [make_chunk(index, (make_slice(s, 0, batch[s]),), replica)
+                    for index, s in enumerate(seq_ids, len(chunks))]
+        else:
+            mine = [make_chunk(index, tuple([make_slice(s, 0, batch[s]) for s in group]),
+                               replica)
+                    for index, group in enumerate(group_sequences(seq_ids, batch, options),
+                                                  len(chunks))]
+        chunks += mine
+        replicas.append(mine)
     mirrors = layout.mirrors(replicas, batch)  # replicas that repeat another are not planned
     mirrored = {m.replica for m in mirrors}
     orders = {}

@@ -38,8 +38,9 @@ def add_dp_reduction(draft: Draft) -> Draft:
     devices = draft.schedule.devices
     single_stage = all(d.stage == 0 for d in devices)  # DeepSpeed: no ZeRO-2 with its pipeline
     chunks_of: dict[int, list[int]] = {}  # a DP replica's micro-steps are its chunks, in order
-    for chunk in draft.schedule.chunks:
-        chunks_of.setdefault(chunk.replica, []).append(chunk.index)
+    if any(d.zero_stage >= 2 and d.num_shards > 1 for d in draft.schedule.live_devices):
+        for chunk in draft.schedule.chunks:
+            chunks_of.setdefault(chunk.replica, []).append(chunk.index)
     stage_groups: dict[int, tuple[int, ...]] = {}  # a stage's devices, every replica's
     for d in devices:
         stage_groups.setdefault(d.stage, ())

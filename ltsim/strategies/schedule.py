@@ -15,13 +15,17 @@ reduction, host offload, the optimizer step). The types here are that contract:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import chain
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import NO_TILING, Chunk, Device, Keep, Mirror, OpKey, OpKind, Slice, Split, Tiling, Work
+from ltsim.plan import (NO_TILING, Chunk, Device, Keep, Mirror, OpKey, OpKind, Slice, Split, Tiling,
+                        Work, op_key)
 
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
@@ -93,11 +97,18 @@ def context_grads(ids: list[int], top: int) -> tuple[Mem, ...]:
     return tuple(Mem("kv_grad", ids[j]) for j in range(top)) + (Mem("kv_grad", ids[top]),)
 
 
+def own_key(kind: OpKind, chunk: int, name: str = "") -> OpKey:
+    """The key of an op of kind ``kind`` of ``chunk`` on the device whose action names it."""
+    return op_key(-1, -1, kind, chunk, name)
+
+
 class Action(NamedTuple):
     """One compute step of a device. ``layers``/``slices``/``split`` default to the device's layer
     range, the chunk's slices and the layout's split; ``head`` False drops the LM head from a
     last-stage op (a full recompute does not rebuild the logits); ``name`` tells apart several ops
-    of one kind and chunk on a device; ``tiling`` the sequence tiling of its work."""
+    of one kind and chunk on a device; ``tiling`` the sequence tiling of its work. ``deps`` name
+    ops by key; a key of device -1 (``own_key``) names an op of the action's own device, so one
+    action serves every stage."""
 
     kind: OpKind
     chunk: int
@@ -213,14 +224,25 @@ class Layout:
         out = []
         par = self.parallel
         width = par.tp * par.cp
+        # every replica's chunks at once: per chunk its slice count, per slice (seq - the
+        # replica's first seq, start, stop, length); a replica's key is the bytes of its part
+        everything = list(chain.from_iterable(replicas))
+        counts = np.fromiter(map(len, map(_SLICES, everything)), np.int64, len(everything))
+        total = int(counts.sum())
+        seq, start, stop = ((np.fromiter(c, np.int64, total) for c in zip(
+            *chain.from_iterable(map(_SLICES, everything)))) if total
+            else (np.zeros(0, np.int64),) * 3)
+        pieces = np.stack([seq, start, stop,
+                           np.fromiter(seq_lengths, np.int64, len(seq_lengths))[seq]])
+        chunk_bounds = np.cumsum([0] + [len(chunks) for chunks in replicas]).tolist()
+        slice_bounds = np.concatenate([[0], np.cumsum(counts)])[chunk_bounds].tolist()
         for replica, chunks in enumerate(replicas):
-            first = chunks[0].slices[0].seq if chunks and chunks[0].slices else 0
-            flat: list[int] = []  # per chunk its slice count, then (seq - first, start, stop,
-            for slices in map(_SLICES, chunks):  # length) per slice: one flat tuple, cheaper
-                flat.append(len(slices))  # to build and hash than a tuple per slice
-                for seq, start, stop in slices:
-                    flat += (seq - first, start, stop, seq_lengths[seq])
-            source = sources.setdefault(tuple(flat), replica)
+            a, b = slice_bounds[replica], slice_bounds[replica + 1]
+            mine = pieces[:, a:b].copy()
+            mine[0] -= mine[0, 0] if b > a else 0
+            key = (len(chunks), counts[chunk_bounds[replica]:chunk_bounds[replica + 1]].tobytes(),
+                   mine.tobytes())
+            source = sources.setdefault(key, replica)
             if source == replica:
                 continue
             stages = range(par.pp)
