@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import numpy as np
+
 from ltsim.costs import CostModel
 from ltsim.datasets import load_dataset
 from ltsim.errors import ConfigError, PlanError
@@ -330,11 +332,11 @@ def peak_terms(plan: Plan, trace: Trace, cost: CostModel, device: int) -> dict[s
     """The device's memory at its peak, by term (module docstring); sums to the trace's peak."""
     static = _static_terms(plan, cost, device)
     ops = {op.token: op for op in plan.ops() if op.device == device}
-    deferrals: dict = {}  # context K/V gradients charged at a backward's end (sim/engine.py)
-    for program in plan.programs:
-        if program.device == device:
-            deferrals.update(layerwise_deferrals(program.ops, lambda bufs: sum(
-                _buffer_terms(tuple(bufs), cost).values())))
+    # context K/V gradients charged at a backward's end (sim/compile.py), by op key
+    table = plan.table
+    sizes = np.array([cost.buffer_bytes(buf) for buf in table.buffers], dtype=np.int64)
+    deferrals = {table.key(row): less for row, less in layerwise_deferrals(table, sizes).items()
+                 if table.device[row] == device}
     changes: list[tuple[float, int, dict[str, int]]] = []  # (time, 0 release / 1 charge, terms)
     for event in trace.events:
         op = ops.get(event.token) if event.device == device else None

@@ -122,6 +122,18 @@ class OpTable:
             found = self._arrays[name] = (source, make())
         return found[1]
 
+    def effects(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``allocs`` or ``frees`` (``which``) as arrays: per row its count and its first place
+        in ``flat``, and ``flat``, every row's buffer ids in row order (made once)."""
+        lists = getattr(self, which)
+
+        def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            counts = np.fromiter(map(len, lists), np.int64, len(lists))
+            flat = np.fromiter(chain.from_iterable(lists), np.int64, int(counts.sum()))
+            return counts, np.cumsum(counts) - counts, flat
+
+        return self.memo(which, lists, make)
+
     def order(self) -> np.ndarray:
         """Every row, program after program, each in program order (the plan's op order)."""
         out = self._arrays.get("_order")

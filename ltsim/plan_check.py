@@ -237,6 +237,14 @@ def _check_coverage(plan: Plan):
     return None
 
 
+def _gather(first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices first[0], first[0] + 1, ... (counts[0] of them), then first[1], ...: the
+    places of some rows' items in a flat array, in the rows' order."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.repeat(first - starts, counts) + np.arange(total)
+
+
 def _pieces(plan: Plan) -> dict[str, np.ndarray]:
     """Every slice of the plan's chunks: ``chunk`` (its chunk's position in ``plan.chunks``),
     ``seq``, ``start``, ``stop``, in order (made once per plan: the rules share it)."""
@@ -332,11 +340,11 @@ def _check_buffers(plan: Plan):
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
     table = plan.table
-    order = table.order().tolist()
-    allocs = list(map(table.allocs.__getitem__, order))
-    frees = list(map(table.frees.__getitem__, order))
-    n_alloc = np.fromiter(map(len, allocs), np.int64, len(order))
-    n_free = np.fromiter(map(len, frees), np.int64, len(order))
+    rows = table.order()
+    order = rows.tolist()
+    (alloc_counts, alloc_first, alloc_flat), (free_counts, free_first, free_flat) = (
+        table.effects("allocs"), table.effects("frees"))
+    n_alloc, n_free = alloc_counts[rows], free_counts[rows]
     if not (n_alloc.any() or n_free.any()):
         return None
     # the events of every op in program order: its allocations, then its frees
@@ -346,8 +354,8 @@ def _check_buffers(plan: Plan):
     offset = np.arange(len(position)) - np.repeat(starts, events)
     is_alloc = offset < np.repeat(n_alloc, events)
     buffer = np.empty(len(position), dtype=np.int64)
-    buffer[is_alloc] = np.fromiter(chain.from_iterable(allocs), np.int64, int(n_alloc.sum()))
-    buffer[~is_alloc] = np.fromiter(chain.from_iterable(frees), np.int64, int(n_free.sum()))
+    buffer[is_alloc] = alloc_flat[_gather(alloc_first[rows], n_alloc)]  # in program order
+    buffer[~is_alloc] = free_flat[_gather(free_first[rows], n_free)]
     program = _program_of(table, table.order())[position]
     device = np.array([d for d, _, _ in table.programs])[program]
     # allocated while live in its program: the event before it in (program, buffer) allocated

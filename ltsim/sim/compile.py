@@ -5,8 +5,6 @@ engine (ltsim/sim/engine.py) reads. Prices are values, shared by the engines of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
 from itertools import chain
 
 import numpy as np
@@ -14,7 +12,7 @@ import numpy as np
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 from ltsim.optable import B, COLL, KEEP_OF, KIND_OF, OPT, PART_OF, ints
-from ltsim.plan import Buffer, Comm, Op, OpKey, OpKind, Plan, Work, make_op
+from ltsim.plan import Comm, Op, OpKind, Plan
 
 
 class Compiled:
@@ -147,8 +145,8 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             again.update(notes)
             size[row] = held
     sizes = _buffer_sizes(table, shapes, cost, prices, again)
-    alloc, host_alloc = _effect_bytes(table.allocs, sizes, table.buffers.host)
-    free, host_free = _effect_bytes(table.frees, sizes, table.buffers.host)
+    alloc, host_alloc = _effect_bytes(table, "allocs", sizes)
+    free, host_free = _effect_bytes(table, "frees", sizes)
     alloc += size
     free += size
     _defer_layerwise(table, alloc, free, sizes)
@@ -249,17 +247,15 @@ def _buffer_sizes(table, shapes: _Shapes, cost: CostModel, prices: Prices, again
     return sizes
 
 
-def _effect_bytes(effects: list[tuple[int, ...]], sizes: np.ndarray, host: list[bool]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the device and the host bytes of the buffers ``effects`` lists (allocs or
-    frees)."""
-    n = len(effects)
-    counts = np.fromiter(map(len, effects), np.int64, n)
-    total = int(counts.sum())
-    if not total:
+def _effect_bytes(table, which: str, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the device and the host bytes of the buffers it allocates or frees
+    (``which``)."""
+    n = len(table)
+    counts, _, flat = table.effects(which)
+    if not len(flat):
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    flat = np.fromiter(chain.from_iterable(effects), np.int64, total)
     owner = np.repeat(np.arange(n), counts)
+    host = table.buffers.host
     on_host = np.fromiter(host, bool, len(host))[flat]
     device_bytes = np.bincount(owner[~on_host], weights=sizes[flat][~on_host], minlength=n)
     host_bytes = np.bincount(owner[on_host], weights=sizes[flat][on_host], minlength=n)
@@ -267,64 +263,18 @@ def _effect_bytes(effects: list[tuple[int, ...]], sizes: np.ndarray, host: list[
 
 
 def _defer_layerwise(table, alloc: np.ndarray, free: np.ndarray, sizes: np.ndarray) -> None:
-    """Move the part of a backward's context K/V gradients that ``layerwise_deferral`` charges
+    """Move the part of a backward's context K/V gradients that ``layerwise_deferrals`` charges
     at its end (or its rest's end), in place. ``sizes``: per buffer id, its bytes."""
-    kind = table.array("kind")
-    candidates = {row for row in np.flatnonzero(kind == B).tolist() if table.allocs[row]}
-    if not candidates:
-        return
-
-    def device_bytes(buffers: Sequence[_Held]) -> int:  # as priced above
-        return sum(int(sizes[b.id]) for b in buffers if not b.host)
-
-    for _, _, rows in table.programs:
-        if not candidates.intersection(rows):
-            continue
-        ops = _RowOps(table, rows)
-        for i, row in enumerate(rows):
-            if row in candidates:
-                deferred, j = layerwise_deferral(ops, i, device_bytes)
-                alloc[row] -= deferred
-                free[rows[j]] -= deferred
+    for row, (less_charge, less_release) in layerwise_deferrals(table, sizes).items():
+        alloc[row] -= less_charge
+        free[row] -= less_release
 
 
-class _Held(NamedTuple):
-    """A buffer as layerwise_deferral reads it (a Buffer's kind, work and place) with its id."""
-
-    kind: str
-    work: Work
-    host: bool
-    id: int
-
-
-class _RowOps(Sequence):
-    """One program's rows as Op tuples without dependencies, their buffers as ``_Held`` (what
-    layerwise_deferral reads)."""
-
-    def __init__(self, table, rows: list[int]) -> None:
-        self._table, self._rows = table, rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, i: int) -> Op:
-        table, row = self._table, self._rows[i]
-        buffers = table.buffers
-        held = [tuple([_Held(buffers.kinds[buffers.kind[b]], table.works[buffers.work[b]],
-                             buffers.host[b], b) for b in mine])
-                for mine in (table.allocs[row], table.frees[row])]
-        work = table.work[row]
-        return make_op(KIND_OF[table.kind[row]], table.device[row], table.stage[row],
-                       table.chunk[row], "", "compute", table.works[work] if work >= 0 else None,
-                       KEEP_OF[table.keep[row]], PART_OF[table.part[row]], None, (), (), held[0],
-                       held[1], ())
-
-
-def layerwise_deferral(ops: Sequence[Op], i: int,
-                       device_bytes: Callable[[Sequence[Buffer]], int]) -> tuple[int, int]:
-    """(bytes, index): of the context K/V gradients ("kv_grad") that backward ``ops[i]`` (of one
-    program, in order) allocates, the bytes charged at the end of ``ops[index]`` rather than at
-    its start. A backward over L layers runs them one by one: layer l's dK/dV of the earlier
+def layerwise_deferrals(table, sizes: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per row of a backward that allocates context K/V gradients ("kv_grad"), and of the rest of
+    such a backward that context parallelism split: (bytes charged less at its start, bytes
+    released less at its end). ``sizes``: per buffer id of ``table``, its bytes (host buffers are
+    not counted). A backward over L layers runs them one by one: layer l's dK/dV of the earlier
     tokens appear when its backward runs, and its stored activations (the "act" or, under full
     recompute, "ckpt" buffers over its layers; not a one-layer recompute working set, which is
     rebuilt for every layer and held to the end) are released once it is done. So in the op the
@@ -333,45 +283,62 @@ def layerwise_deferral(ops: Sequence[Op], i: int,
     max(A / L, A - F (L - 1) / L): the op's allocs less d = (L - 1) / L x min(A, F). That d is
     charged at its end, where the level is the same as before. A backward split for context
     parallelism (``split_cp``: its attention part, which allocates, then the rest, which
-    releases, the next op) defers to the end of the rest. ``device_bytes``: the device bytes of
-    some buffers (maxlen.peak_terms splits the peak the same way). (0, i) when nothing is
-    deferred."""
-    op = ops[i]
-    work = op.work
-    if op.kind is not OpKind.B or work is None or work.num_layers < 2 or op.part == "dense":
-        return 0, i
-    grads = device_bytes([b for b in op.allocs if b.kind == "kv_grad"])
-    if not grads:
-        return 0, i
-    j = i
-    if op.part == "attn":  # split_cp puts the rest of this backward right after it
-        j = i + 1
-        rest = ops[j] if j < len(ops) else None
-        if (rest is None or rest.kind is not OpKind.B or rest.part != "dense"
-                or rest.chunk != op.chunk or rest.work != work):
-            return 0, i
-    acts = device_bytes([b for b in ops[j].frees if b.kind in _LAYERWISE and b.work.num_layers > 1])
-    return (work.num_layers - 1) * min(grads, acts) // work.num_layers, j
-
-
-def layerwise_deferrals(ops: Sequence[Op], device_bytes: Callable[[Sequence[Buffer]], int]
-                        ) -> dict[OpKey, tuple[int, int]]:
-    """``layerwise_deferral`` of every backward of one program: per op key, (bytes charged less
-    at its start, bytes released less at its end)."""
-    out: dict[OpKey, tuple[int, int]] = {}
-    for i, op in enumerate(ops):
-        if op.kind is OpKind.B and op.allocs:
-            deferred, j = layerwise_deferral(ops, i, device_bytes)
-            if deferred:
-                if j == i:
-                    out[op.key] = (deferred, deferred)
-                else:
-                    out[op.key] = (deferred, 0)
-                    out[ops[j].key] = (0, deferred)
+    releases, the next op of its program) defers to the end of the rest (maxlen.peak_terms
+    splits the peak the same way)."""
+    kind, allocs = table.array("kind"), table.allocs
+    rows = np.array([r for r in np.flatnonzero(kind == B).tolist() if allocs[r]], dtype=np.int64)
+    if not len(rows):
+        return {}
+    buffers = table.buffers
+    names = np.array(buffers.kinds + [""])
+    buffer_kind = names[ints(buffers.kind)]
+    works = table.work_arrays()
+    layers = works["high"] - works["low"]
+    on_device = ~np.fromiter(buffers.host, bool, len(buffers))
+    grad_bytes = np.where(on_device & (buffer_kind == "kv_grad"), sizes, 0)
+    act_bytes = np.where(on_device & np.isin(buffer_kind, _LAYERWISE)
+                         & (layers[ints(buffers.work)] > 1), sizes, 0)
+    work, part, chunk = table.array("work"), table.array("part"), table.array("chunk")
+    # the next op of each row's program (-1 for a program's last)
+    order = table.order()
+    following = np.full(len(table), -1, dtype=np.int64)
+    ends = np.cumsum([len(r) for _, _, r in table.programs])
+    last = np.zeros(len(order), dtype=bool)
+    last[ends[ends > 0] - 1] = True
+    following[order[~last]] = order[1:][~last[:-1]]
+    span = np.where(work[rows] >= 0, layers[np.maximum(work[rows], 0)], 0)
+    grads = _summed(allocs, rows, grad_bytes)
+    rest = np.where(part[rows] == _ATTN, following[rows], rows)  # split_cp's rest comes next
+    paired = (rest >= 0) & ((part[rows] != _ATTN) | (
+        (kind[rest] == B) & (part[rest] == _DENSE) & (chunk[rest] == chunk[rows])
+        & (work[rest] == work[rows])))
+    deferred = np.zeros(len(rows), dtype=np.int64)
+    ok = (work[rows] >= 0) & (span >= 2) & (part[rows] != _DENSE) & (grads > 0) & paired
+    if ok.any():
+        acts = _summed(table.frees, rest[ok], act_bytes)
+        deferred[ok] = (span[ok] - 1) * np.minimum(grads[ok], acts) // span[ok]
+    out: dict[int, tuple[int, int]] = {}
+    for row, after, d in zip(rows.tolist(), rest.tolist(), deferred.tolist()):
+        if d:
+            if after == row:
+                out[row] = (d, d)
+            else:
+                out[row] = (d, 0)
+                out[after] = (0, d)
     return out
 
 
+def _summed(effects: list[tuple[int, ...]], rows: np.ndarray, bytes_of: np.ndarray) -> np.ndarray:
+    """Per row of ``rows``, the sum of ``bytes_of`` its buffers (``effects``: allocs or frees)."""
+    mine = [effects[r] for r in rows.tolist()]
+    counts = np.fromiter(map(len, mine), np.int64, len(mine))
+    flat = np.fromiter(chain.from_iterable(mine), np.int64, int(counts.sum()))
+    return np.bincount(np.repeat(np.arange(len(mine)), counts), weights=bytes_of[flat],
+                       minlength=len(mine)).astype(np.int64)
+
+
 _LAYERWISE = ("act", "ckpt")  # buffers of a backward's layers, released as it passes each
+_ATTN, _DENSE = PART_OF.index("attn"), PART_OF.index("dense")
 
 
 def _working_bytes(cost: CostModel, op: Op) -> int:

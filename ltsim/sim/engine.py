@@ -42,7 +42,7 @@ from ltsim.mirrors import device_sources, mirrored_gpus
 from ltsim.optable import ints
 from ltsim.plan import Plan
 from ltsim.sim.compile import (  # noqa: F401 (the names the engine's readers import from it)
-    _SHARED, Compiled, Prices, compile_plan, layerwise_deferral, layerwise_deferrals, shared_prices)
+    _SHARED, Compiled, Prices, compile_plan, layerwise_deferrals, shared_prices)
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import EventTable, Samples, Trace
 

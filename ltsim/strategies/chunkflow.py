@@ -46,7 +46,7 @@ from ltsim.strategies.lowering import lower
 from ltsim.strategies.packing import POLICIES
 from ltsim.strategies.pipeline import interleave_1f1b, kept_actions
 from ltsim.strategies.schedule import (Action, Layout, Mem, Schedule, check_chunk_count,
-                                      context_grads, keep_policy, mems, own_key)
+                                      context_grads, joined, keep_policy, mems, own_key)
 
 NAME = "chunkflow"
 ORDERS = ("dependent-first", "dependent-last", "longest-first")
@@ -120,13 +120,14 @@ def group_actions(ids: list[int], k: int, keep: Keep
         # that hold its dK/dV (ltsim/executor/state.py)
         if full:  # layer inputs kept
             (f_act,), (redo, back) = kept_actions(c, keep)
-            f_item = [f_act._replace(allocs=f_act.allocs + mems(*state))]
-            bwd.append([redo, back._replace(allocs=grads, frees=back.frees + frees + mems(*state),
+            f_item = [f_act._replace(allocs=joined(f_act.allocs, mems(*state)))]
+            bwd.append([redo, back._replace(allocs=grads,
+                                            frees=joined(back.frees, frees, mems(*state)),
                                             deps=deps)])
         elif c in kept:  # its K/V live inside its activations until its backward
             f_item, (back,) = kept_actions(c, keep)
             if n > 1:  # a standalone chunk's backward is the plain one
-                back = back._replace(allocs=grads, frees=back.frees + frees, deps=deps)
+                back = back._replace(allocs=grads, frees=joined(back.frees, frees), deps=deps)
             bwd.append([back])
         else:
             # run without autograd: only the stage input and the K/V stay (one layer's working
@@ -134,7 +135,8 @@ def group_actions(ids: list[int], k: int, keep: Keep
             f_item = [Action(OpKind.F, c, Keep.KV, allocs=mems("input", *state))]
             redo = Action(OpKind.R, c, keep, allocs=mems("act"))
             bwd.append([redo, Action(OpKind.B, c, keep, allocs=grads,
-                                     frees=mems("act", "input", *state) + frees, deps=deps)])
+                                     frees=joined(mems("act", "input", *state), frees),
+                                     deps=deps)])
         fwd.insert(0, f_item)
     return fwd, bwd
 

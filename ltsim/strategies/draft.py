@@ -12,6 +12,7 @@ lists its rows in program order, and a pass that reorders a program replaces its
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -160,14 +161,14 @@ class Draft:
         own device and stage (``schedule.own_key``)."""
         keyed = sorted(self.keyed)
         where = dict(zip(keyed, zip(self._data[1, keyed].tolist(), self._data[2, keyed].tolist())))
-        named = {where[r][0] if d.device < 0 else d.device for r in keyed
-                 for d in self.deps[r] + self.start_deps[r] if type(d) is not int}
-        rows = np.array([r for device, _, mine in programs if device in named for r in mine],
-                        dtype=np.int64)
-        fields = self._data[:5, rows].tolist()  # kind, device, stage, chunk, name
-        rows_of = dict(zip(zip(fields[1], fields[2], fields[0], fields[3], fields[4]),
-                           rows.tolist()))  # by (device, stage, kind code, chunk, name id)
+        wanted: list[tuple] = []  # every key named as (device, stage, kind, chunk, name), with
+        for r in keyed:  # its own device's filled in
+            for d in self.deps[r] + self.start_deps[r]:
+                if type(d) is not int:
+                    wanted.append((*where[r], *d[2:]) if d[0] < 0 else d)
+        found = self._rows_of(programs, wanted)
         missing = []
+        at = 0
         for r in keyed:
             for column, start in ((self.deps, False), (self.start_deps, True)):
                 ids = []
@@ -175,13 +176,34 @@ class Draft:
                     if type(d) is int:
                         ids.append(d)
                         continue
-                    if d.device < 0:
-                        d = d._replace(device=where[r][0], stage=where[r][1])
-                    found = rows_of.get((d.device, d.stage, KIND_CODE[d.kind], d.chunk,
-                                         self._name_ids.get(d.name, -1)))
-                    if found is None:
-                        missing.append((r, d, start))
+                    if found[at] < 0:
+                        missing.append((r, OpKey(*wanted[at]), start))
                     else:
-                        ids.append(found)
+                        ids.append(found[at])
+                    at += 1
                 column[r] = tuple(ids)
         return tuple(missing)
+
+    def _rows_of(self, programs, keys: list[tuple]) -> list[int]:
+        """The row of each key among the programs' rows (-1: none; of rows of one key the last),
+        looked up as one number per key over sorted arrays."""
+        rows = np.fromiter(chain.from_iterable(mine for _, _, mine in programs), np.int64)
+        kind, device, stage, chunk, name = self._data[:5, rows]
+        width = (int(chunk.max()) + 2 if len(chunk) else 2, len(self.names) + 1)
+        code = ((device * len(KIND_OF) + kind) * width[0] + chunk + 1) * width[1] + name
+        order = np.argsort(code, kind="stable")
+        code, rows, stage = code[order], rows[order], stage[order]
+        if not keys:
+            return []
+        devices, stages, kinds, chunks, names = zip(*keys)  # (device, stage, kind, chunk, name)
+        chunks_ = np.fromiter(chunks, np.int64, len(keys))
+        want = (((np.fromiter(devices, np.int64, len(keys)) * len(KIND_OF)
+                  + np.fromiter(map(KIND_CODE.__getitem__, kinds), np.int64, len(keys)))
+                 * width[0] + np.minimum(chunks_, width[0] - 2) + 1) * width[1]
+                + np.fromiter((self._name_ids.get(x, width[1] - 1) for x in names), np.int64,
+                              len(keys)))
+        at = np.searchsorted(code, want, side="right") - 1  # the last row of the key
+        hit = (at >= 0) & (code[np.maximum(at, 0)] == want)
+        hit &= stage[np.maximum(at, 0)] == np.fromiter(stages, np.int64, len(keys))
+        hit &= chunks_ < width[0] - 1
+        return np.where(hit, rows[np.maximum(at, 0)], -1).tolist()

@@ -35,6 +35,7 @@ part) keeps its row, so what waited for the op waits for that part, as it did fo
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import chain, compress
 from typing import Callable
 
@@ -118,29 +119,31 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
     if column.count(()) == n:
         return [()] * n
     out: list[tuple[int, ...]] = [()] * n
-    ids = np.fromiter(map(id, column), np.int64, n)
-    sorter = np.argsort(ids, kind="stable")
-    bounds = np.flatnonzero(np.diff(ids[sorter])) + 1
+    ids = list(map(id, column))
+    shared = {m for m, count in Counter(ids).items() if count >= 8}  # (Counter counts in C)
+    if shared:
+        ids_ = np.array(ids, dtype=np.int64)
+        for m in list(shared):
+            positions = np.flatnonzero(ids_ == m).tolist()
+            mems = column[positions[0]]
+            if not mems:
+                continue
+            if all(x.chunk < 0 and x.keep is None and x.layers is None and not x.one_layer
+                   for x in mems):
+                tuples = zip(*(_plain(draft, mem, [work[i] for i in positions],
+                                      [keep[i] for i in positions]) for mem in mems))
+                for i, found in zip(positions, tuples):
+                    out[i] = found
+            else:
+                shared.discard(m)
     alone: dict = {}
-    for positions in np.split(sorter, bounds):
-        mems = column[positions[0]]
-        if not mems:
-            continue
-        positions = positions.tolist()
-        if len(positions) >= 8 and all(m.chunk < 0 and m.keep is None and m.layers is None
-                                       and not m.one_layer for m in mems):
-            tuples = zip(*(_plain(draft, mem, [work[i] for i in positions],
-                                  [keep[i] for i in positions]) for mem in mems))
-        else:
-            tuples = []
-            for i in positions:
-                rkey = (id(mems), work[i], keep[i])
-                found = alone.get(rkey)
-                if found is None:
-                    found = alone[rkey] = _resolve(draft, mems, order[i], work[i], device)
-                tuples.append(found)
-        for i, ids_ in zip(positions, tuples):
-            out[i] = ids_
+    for i, mems in enumerate(column):
+        if mems and ids[i] not in shared:
+            rkey = (ids[i], work[i], keep[i])
+            found = alone.get(rkey)
+            if found is None:
+                found = alone[rkey] = _resolve(draft, mems, order[i], work[i], device)
+            out[i] = found
     return out
 
 
@@ -165,13 +168,18 @@ def _resolve(draft: Draft, mems, action: Action, w: int, device: Device) -> tupl
     ``_held`` variant of the action's says."""
     works, buffers = draft.works, draft.buffers
     own, ref, variant = works.chunk[w], works.ref[w], works.variant[w]
+    derived, place = works.derived, (device.embed, device.head)
     out = []
     for mem in mems:
-        other = mem.chunk >= 0 and mem.chunk != action.chunk
-        held, keep = _held(works, variant, mem, device)
-        out.append(buffers.add(mem.kind, works.add(mem.chunk if other else own,
-                                                   -1 if other else ref, held),
-                               keep if keep >= 0 else KEEP_CODE[action.keep], mem.host))
+        held = derived.get((variant, id(mem), place))
+        if held is None:
+            held = _held(works, variant, mem, device)
+        if mem.chunk >= 0 and mem.chunk != action.chunk:  # another chunk's, with its own slices
+            base = works.add(mem.chunk, -1, held[0])
+        else:
+            base = works.add(own, ref, held[0])
+        out.append(buffers.add(mem.kind, base, held[1] if held[1] >= 0
+                               else KEEP_CODE[action.keep], mem.host))
     return tuple(out)
 
 
@@ -180,8 +188,9 @@ def _held(works: Works, variant: int, mem, device: Device) -> tuple[int, int]:
     the buffer's keep code (-1: the action's). Only activations depend on the keep policy, the
     embedding / head and tiling: the other kinds hold a chunk's slices on a layer range (one
     work per such value, which the K/V and gradients of a chunk and of the chunks after it
-    share). Made once per (variant, Mem value, the device's embedding and head)."""
-    key = (variant, mem, device.embed, device.head)
+    share). Made once per (variant, Mem, the device's embedding and head); a Mem by identity:
+    the schedule, alive while the draft is, holds it."""
+    key = (variant, id(mem), (device.embed, device.head))
     found = works.derived.get(key)
     if found is not None:
         return found

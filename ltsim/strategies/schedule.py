@@ -82,6 +82,13 @@ def mems(*kinds: str) -> tuple[Mem, ...]:
     return tuple(_mem(k) for k in kinds)
 
 
+@lru_cache(maxsize=1 << 12)
+def joined(*parts: tuple[Mem, ...]) -> tuple[Mem, ...]:
+    """The Mems of ``parts`` in order, one tuple object per value: the lowering resolves the
+    actions sharing an effects tuple together (what strategies concatenate per chunk)."""
+    return tuple(chain.from_iterable(parts))
+
+
 @lru_cache(maxsize=None)
 def _mem(kind: str) -> Mem:
     return Mem(kind)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ltsim.strategies import chunkflow, get_strategy
@@ -76,7 +77,7 @@ def _measured_phases(backend: str) -> dict[str, float]:
 @pytest.mark.parametrize("kernel, backend, peak_op", [
     ("torch_sdpa", "sdpa", "s0B0"), ("torch_sdpa_boolmask", "sdpa_boolmask", "s0B1")])
 def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend, peak_op):
-    """The context K/V gradients accrue layer by layer through B1 (sim/engine.layerwise_deferrals),
+    """The context K/V gradients accrue layer by layer through B1 (sim/compile.layerwise_deferrals),
     chunk 0's stored K/V stay to its own backward, and B1's concatenated dK/dV stay pinned by the
     earlier chunk's gradients, views of it: so with the plain kernel the peak is B0's (after R0),
     as measured, and with the boolean mask's bias kept through B1, B1's."""
@@ -116,7 +117,9 @@ def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, list, object,
     ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
     plan = strategy.plan((32768,), ctx, strategy.parse({"chunk_size": 8192, "k": 1}))
     program = plan.program(0)
-    deferrals = layerwise_deferrals(program.ops, lambda bufs: sum(map(cost.buffer_bytes, bufs)))
+    table = plan.table
+    sizes = np.array([cost.buffer_bytes(buf) for buf in table.buffers], dtype=np.int64)
+    deferrals = {table.key(row): less for row, less in layerwise_deferrals(table, sizes).items()}
     ops = [op for op in program.ops if op.kind.value == "B" and op.chunk == 3]
     return sum(d for op in ops for d, _ in [deferrals.get(op.key, (0, 0))]), ops, cost, plan
 
