@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import is_
+from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
@@ -147,10 +147,11 @@ class Works(Sequence):
         for c in used:
             slices = self.chunk_slices[c]
             chunk_layout[c] = layouts.setdefault(_layout(slices), len(layouts))
-            chunk_tokens[c] = sum(x.stop - x.start for x in slices)
+            chunk_tokens[c] = sum(map(_STOP, slices)) - sum(map(_START, slices))
         set_layout = ints([layouts.setdefault(_layout(sl), len(layouts))
                            for sl in self.slice_sets] + [0])
-        set_tokens = ints([sum(x.stop - x.start for x in sl) for sl in self.slice_sets] + [0])
+        set_tokens = ints([sum(map(_STOP, sl)) - sum(map(_START, sl)) for sl in self.slice_sets]
+                          + [0])
         own = ref < 0
         where = np.where(own, np.minimum(chunk, size - 1), 0)
         layout = np.where(own, chunk_layout[where], set_layout[ref])
@@ -206,7 +207,10 @@ def ints(values: Sequence[int]) -> np.ndarray:
 
 
 def _layout(slices: tuple[Slice, ...]) -> tuple[tuple[int, int], ...]:
-    return tuple([(x.start, x.stop) for x in slices])
+    return tuple(map(_BOUNDS, slices))
+
+
+_START, _STOP, _BOUNDS = itemgetter(1), itemgetter(2), itemgetter(1, 2)  # of a Slice
 
 
 class Buffers(Sequence):

@@ -37,6 +37,12 @@ F, B, W, R, SEND_F, SEND_B, COLL, COPY, OPT = (KIND_CODE[k] for k in (
     OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.SEND_F, OpKind.SEND_B, OpKind.COLL, OpKind.COPY,
     OpKind.OPT))
 
+#: Below this many ops a plan is checked, lowered and replayed row by row rather than over
+#: arrays: a numpy call costs microseconds whatever its size, so the array versions pay off only
+#: from some hundreds of ops (validation/perf/README.md). Both give the same answers
+#: (tests/property/test_small_paths.py runs every strategy both ways).
+SMALL = 1024
+
 #: the per-row columns of an OpTable's block, in order
 COLUMNS = ("kind", "device", "stage", "chunk", "name", "stream", "work", "keep", "part", "comm",
            "group")

@@ -13,11 +13,14 @@ from operator import itemgetter
 
 import numpy as np
 
-from ltsim.optable import B, COLL, F, KIND_CODE, OPT, OpTable
+import ltsim.optable as optable
+from ltsim.optable import B, COLL, F, KIND_CODE, OPT, STREAM_CODE, OpTable
 from ltsim.plan import STREAMS, WORK_KINDS, OpKind, Plan
 
-_COVERED_PARTS = (0, 2)  # "" and "dense": an "attn" part op repeats its main op's slices
-_WORK_CODES = np.array(sorted(KIND_CODE[k] for k in WORK_KINDS))
+# per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's
+# slices); per kind code: carries a Work
+_COVERED = np.array([True, False, True])
+_IS_WORK = np.array([k in WORK_KINDS for k in KIND_CODE])
 
 
 def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] | None:
@@ -33,39 +36,122 @@ def check_plan(plan: Plan, *, check_cycles: bool = True) -> tuple[str, object] |
 
 def _program_of(table: OpTable, order: np.ndarray) -> np.ndarray:
     """Per position of ``order``: the index of its program."""
-    sizes = [len(rows) for _, _, rows in table.programs]
-    return np.repeat(np.arange(len(sizes)), sizes)
+    return _positions(table)["program"]
+
+
+def _positions(table: OpTable) -> dict[str, np.ndarray]:
+    """Per position of the plan's op order (``table.order()``): its program's index, device and
+    stream code (made once per table)."""
+    def make() -> dict[str, np.ndarray]:
+        sizes = [len(rows) for _, _, rows in table.programs]
+        program = np.repeat(np.arange(len(sizes)), sizes)
+        return {"program": program,
+                "device": np.array([d for d, _, _ in table.programs], dtype=np.int64)[program],
+                "stream": np.array([STREAMS.index(s) for _, s, _ in table.programs],
+                                   dtype=np.int64)[program]}
+
+    return table.memo("positions", table.programs, make)
 
 
 def _check_placement(plan: Plan):
     """Keys are unique, ops run on a device that holds their stage and layers, and each op carries
     what it needs to be priced (compute ops a Work, comm ops a Comm)."""
     table = plan.table
+    found = (_misplaced_rows if len(table) < optable.SMALL else _misplaced_arrays)(plan, table)
+    if found is None:
+        return None
+    row, problem, owner, in_stream = found
+    key = table.key(row)
+    token, where = key.token, key.device
+    if problem == "twice":
+        return f"op {token} appears twice on device {where}", key
+    if problem == "owner":
+        return f"op {token} of device {where} is in device {owner}'s program", key
+    if problem == "stage":
+        return f"op {token} runs on device {where}, which does not hold stage {key.stage}", key
+    if problem == "stream":
+        return (f"op {token} is in the {in_stream} program but says "
+                f"{STREAMS[table.stream[row]]}"), key
+    if problem == "work":
+        return f"compute op {token} has no work", key
+    if problem == "layers":
+        first, stop = plan.devices[where].layers
+        return (f"op {token} covers layers {table.works[table.work[row]].layers}, outside device "
+                f"{where}'s {first}-{stop}"), key
+    return f"comm op {token} says nothing about what it moves", key
+
+
+_PLACEMENT = ("twice", "owner", "stage", "stream", "work", "layers", "comm")  # checked in order
+
+
+def _misplaced_rows(plan: Plan, table: OpTable):
+    """The first misplaced op in program order, row by row: (row, problem, its program's
+    device, its program's stream), or None."""
+    seen: set = set()
+    count = len(plan.devices)
+    devices = plan.devices
+    works = table.works
+    kinds, device_of, stage_of = table.kind, table.device, table.stage
+    chunk_of, name_of, stream_of, work_of, comm_of = (table.chunk, table.name, table.stream,
+                                                      table.work, table.comm)
+    for owner, stream, rows in table.programs:
+        code = STREAM_CODE[stream]
+        for r in rows:
+            kind, device, stage, work = kinds[r], device_of[r], stage_of[r], work_of[r]
+            key = (device, stage, kind, chunk_of[r], name_of[r])
+            problem = None
+            if key in seen:
+                problem = "twice"
+            elif device != owner:
+                problem = "owner"
+            elif not 0 <= device < count or devices[device].stage != stage:
+                problem = "stage"
+            elif stream_of[r] != code:
+                problem = "stream"
+            elif _IS_WORK[kind]:
+                if work < 0:
+                    problem = "work"
+                else:
+                    first, stop = devices[device].layers
+                    low, high = works.layers(work)
+                    if not first <= low <= high <= stop:
+                        problem = "layers"
+            elif comm_of[r] < 0 and kind != OPT:
+                problem = "comm"
+            if problem is not None:
+                return r, problem, owner, stream
+            seen.add(key)
+    return None
+
+
+def _misplaced_arrays(plan: Plan, table: OpTable):
+    """``_misplaced_rows`` over arrays."""
     order = table.order()
     if not len(order):
         return None
-    kind, device, stage = (table.array(c)[order] for c in ("kind", "device", "stage"))
-    chunk, name, stream = (table.array(c)[order] for c in ("chunk", "name", "stream"))
-    work, comm = table.array("work")[order], table.array("comm")[order]
-    program = _program_of(table, order)
-    owner = np.array([d for d, _, _ in table.programs])[program]
-    in_stream = np.array([STREAMS.index(s) for _, s, _ in table.programs])[program]
+    kind, device, stage, chunk, name, stream, work = table.block[:7, order]
+    comm = table.array("comm")[order]
+    positions = _positions(table)
+    owner, in_stream = positions["device"], positions["stream"]
     count = len(plan.devices)
     stages = np.array([d.stage for d in plan.devices] + [-1])
     layers = np.array([d.layers for d in plan.devices] + [(0, 0)]).reshape(-1, 2)
     # a key seen earlier in program order
-    by_key = np.lexsort((np.arange(len(order)), name, chunk, kind, stage, device))
-    same = np.ones(len(order), dtype=bool)
-    for column in (device, stage, kind, chunk, name):
-        ordered = column[by_key]
-        same[1:] &= ordered[1:] == ordered[:-1]
-    same[0] = False
     twice = np.zeros(len(order), dtype=bool)
-    twice[by_key[same]] = True
+    code = (((device * (int(stage.max()) + 2) + stage) * len(KIND_CODE) + kind)
+            * (int(chunk.max()) + 2) + chunk + 1) * (len(table.names) + 1) + name
+    if len(np.unique(code)) < len(code):  # (exact while the product fits: devices x stages x
+        by_key = np.lexsort((np.arange(len(order)), name, chunk, kind, stage, device))
+        same = np.ones(len(order), dtype=bool)  # kinds x chunks x names below 2^63)
+        for column in (device, stage, kind, chunk, name):
+            ordered = column[by_key]
+            same[1:] &= ordered[1:] == ordered[:-1]
+        same[0] = False
+        twice[by_key[same]] = True
     known = (device >= 0) & (device < count)
     slot = np.where(known, device, count)
     wrong_stage = ~known | (stages[slot] != stage)
-    is_work = np.isin(kind, _WORK_CODES)
+    is_work = _IS_WORK[kind]
     no_work = is_work & (work < 0)
     works = table.work_arrays()
     low = np.where(work >= 0, works["low"][np.maximum(work, 0)] if len(table.works) else 0, 0)
@@ -73,29 +159,13 @@ def _check_placement(plan: Plan):
     outside = (is_work & (work >= 0) & known
                & ~((layers[slot, 0] <= low) & (low <= high) & (high <= layers[slot, 1])))
     no_comm = ~is_work & (comm < 0) & (kind != OPT)
-    bad = twice | (device != owner) | wrong_stage | (stream != in_stream) | no_work | outside | no_comm
+    masks = (twice, device != owner, wrong_stage, stream != in_stream, no_work, outside, no_comm)
+    bad = np.logical_or.reduce(masks)
     if not bad.any():
         return None
     at = int(np.argmax(bad))
-    row = int(order[at])
-    key = table.key(row)
-    token, where = key.token, int(device[at])
-    if twice[at]:
-        return f"op {token} appears twice on device {where}", key
-    if where != owner[at]:
-        return f"op {token} of device {where} is in device {owner[at]}'s program", key
-    if wrong_stage[at]:
-        return f"op {token} runs on device {where}, which does not hold stage {key.stage}", key
-    if stream[at] != in_stream[at]:
-        return (f"op {token} is in the {STREAMS[in_stream[at]]} program but says "
-                f"{STREAMS[stream[at]]}"), key
-    if no_work[at]:
-        return f"compute op {token} has no work", key
-    if outside[at]:
-        first, stop = plan.devices[where].layers
-        return (f"op {token} covers layers {table.works[work[at]].layers}, outside device "
-                f"{where}'s {first}-{stop}"), key
-    return f"comm op {token} says nothing about what it moves", key
+    problem = next(p for p, mask in zip(_PLACEMENT, masks) if mask[at])
+    return int(order[at]), problem, int(owner[at]), STREAMS[in_stream[at]]
 
 
 def _check_mirrors(plan: Plan):
@@ -182,7 +252,7 @@ def _check_coverage(plan: Plan):
     rows = np.fromiter(chain.from_iterable(compute), np.int64, sum(map(len, compute)))
     kind, chunk, part, work = (table.array(c)[rows] for c in ("kind", "chunk", "part", "work"))
     stage, device = table.array("stage")[rows], table.array("device")[rows]
-    counted = (((kind == F) | (kind == B)) & np.isin(part, _COVERED_PARTS) & (chunk >= 0)
+    counted = (((kind == F) | (kind == B)) & _COVERED[part] & (chunk >= 0)
                & (chunk < size))
     if len(table.works):
         works = table.work_arrays()
@@ -201,7 +271,8 @@ def _check_coverage(plan: Plan):
     tokens = np.bincount(pieces["chunk"], weights=pieces["stop"] - pieces["start"],
                          minlength=len(plan.chunks))
     # the chunks the ops cover: all but mirrored ones (_check_mirrors checks those)
-    checked = np.flatnonzero(~np.isin(chunk_ids, _mirror_pairs(plan)[:, 1]))
+    checked = (np.flatnonzero(~np.isin(chunk_ids, _mirror_pairs(plan)[:, 1])) if plan.mirrors
+               else np.arange(len(chunk_ids)))
     chunk_ids, tokens = chunk_ids[checked], tokens[checked]
     need = (tokens[:, None] * stage_widths[None, :]).astype(float)  # per chunk and stage
     got_f = forwards.reshape(size, stages)[chunk_ids] if size else need * 0
@@ -340,6 +411,64 @@ def _check_buffers(plan: Plan):
     is not allocated while live nor freed before its allocation (an op may allocate and free one
     buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
     table = plan.table
+    return (_unbalanced_rows if len(table) < optable.SMALL else _unbalanced_arrays)(table)
+
+
+def _allocated_twice(table: OpTable, buffer: int, device: int, row: int):
+    return f"buffer {table.buffers[buffer].name} allocated twice on device {device}", table.key(row)
+
+
+def _freed_unallocated(table: OpTable, buffer: int, row: int):
+    return (f"op {table.token(row)} frees buffer {table.buffers[buffer].name} that is not "
+            "allocated"), table.key(row)
+
+
+def _unbalanced(table: OpTable, buffer: int, device: int, count: int, row: int | None):
+    """A buffer left allocated (``count`` > 0: ``row`` its first allocation) or freed too
+    often."""
+    name = table.buffers[buffer].name
+    if count > 0:
+        return f"buffer {name} on device {device} is never freed", table.key(row)
+    return f"buffer {name} on device {device} is freed more often than allocated", None
+
+
+def _unbalanced_rows(table: OpTable):
+    """``_check_buffers`` row by row."""
+    balances: dict[int, dict[int, int]] = {}  # per device: buffer -> allocations less frees
+    firsts: dict[tuple[int, int], int] = {}  # (device, buffer) -> its first allocating row
+    allocated: dict[int, set] = {}  # per device: every buffer any of its programs allocates
+    for device, _, rows in table.programs:
+        mine = allocated.setdefault(device, set())
+        for r in rows:
+            mine.update(table.allocs[r])
+    for device, _, rows in table.programs:
+        live: set = set()
+        balance = balances.setdefault(device, {})
+        for r in rows:
+            allocs, frees = table.allocs[r], table.frees[r]
+            if not (allocs or frees):
+                continue
+            for b in allocs:
+                if b in live:
+                    return _allocated_twice(table, b, device, r)
+                live.add(b)
+                balance[b] = balance.get(b, 0) + 1
+                firsts.setdefault((device, b), r)
+            for b in frees:
+                balance[b] = balance.get(b, 0) - 1
+                if b in live:
+                    live.discard(b)
+                elif b not in allocated[device]:
+                    return _freed_unallocated(table, b, r)
+    for device, balance in balances.items():
+        for b, count in balance.items():
+            if count:
+                return _unbalanced(table, b, device, count, firsts.get((device, b)))
+    return None
+
+
+def _unbalanced_arrays(table: OpTable):
+    """``_check_buffers`` over arrays."""
     rows = table.order()
     order = rows.tolist()
     (alloc_counts, alloc_first, alloc_flat), (free_counts, free_first, free_flat) = (
@@ -368,18 +497,17 @@ def _check_buffers(plan: Plan):
     twice[by_group[twice_sorted]] = True
     # freed on a device that never allocates it
     pair = device * (len(table.buffers) + 1) + buffer  # (device, buffer) as one number
-    allocated = np.isin(pair, pair[is_alloc])
-    unallocated = ~is_alloc & ~allocated
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    allocated = np.bincount(inverse[is_alloc], minlength=len(pairs)) > 0
+    unallocated = ~is_alloc & ~allocated[inverse]
     bad = twice | unallocated
     if bad.any():
         at = int(np.argmax(bad))
         row = order[position[at]]
-        name = table.buffers[buffer[at]].name
         if twice[at]:
-            return f"buffer {name} allocated twice on device {device[at]}", table.key(row)
-        return f"op {table.token(row)} frees buffer {name} that is not allocated", table.key(row)
+            return _allocated_twice(table, int(buffer[at]), int(device[at]), row)
+        return _freed_unallocated(table, int(buffer[at]), row)
     # per device (in the order the programs first name it), per buffer (first named first)
-    pairs, inverse = np.unique(pair, return_inverse=True)
     balance = np.bincount(inverse, weights=np.where(is_alloc, 1.0, -1.0), minlength=len(pairs))
     if not balance.any():
         return None
@@ -391,8 +519,8 @@ def _check_buffers(plan: Plan):
     width = len(table.buffers) + 1
     worst = min(np.flatnonzero(balance).tolist(),
                 key=lambda u: (rank[int(pairs[u] // width)], firsts[u]))
-    d, buf = int(pairs[worst] // width), table.buffers[int(pairs[worst] % width)]
+    d, b = int(pairs[worst] // width), int(pairs[worst] % width)
+    first = None
     if balance[worst] > 0:
-        at = int(np.flatnonzero((pair == pairs[worst]) & is_alloc)[0])
-        return f"buffer {buf.name} on device {d} is never freed", table.key(order[position[at]])
-    return f"buffer {buf.name} on device {d} is freed more often than allocated", None
+        first = order[position[int(np.flatnonzero((pair == pairs[worst]) & is_alloc)[0])]]
+    return _unbalanced(table, b, d, int(balance[worst]), first)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import numpy as np
 
+import ltsim.optable as optable
 from ltsim.files import replaced_atomically, write_text_atomically
 from ltsim.plan import STREAMS, OpKind
 
@@ -100,12 +101,21 @@ class EventTable(Sequence):
         """Per device, the time its ops of ``kinds`` (op kind text) ran, on ``stream`` only when
         given; summed exactly (math.fsum), so the order of the ops does not matter."""
         table = self._table
+        if len(table) < optable.SMALL:  # op by op
+            wanted_kinds = [k.value in kinds for k in OpKind]
+            kind, start, finish = table.kind, self._start, self._finish
+            spans: dict[int, list[float]] = {}
+            for device, program_stream, rows in table.programs:
+                if stream is None or program_stream == stream:
+                    mine = [finish[i] - start[i] for i in rows if wanted_kinds[kind[i]]]
+                    if mine:
+                        spans.setdefault(device, []).extend(mine)
+            return {device: fsum(values) for device, values in spans.items()}
         order = table.order()
         programs = table.programs
         sizes = [len(rows) for _, _, rows in programs]
         device = np.repeat(np.array([d for d, _, _ in programs], dtype=np.int64), sizes)
-        wanted = np.isin(table.array("kind")[order], [i for i, k in enumerate(OpKind)
-                                                      if k.value in kinds])
+        wanted = np.array([k.value in kinds for k in OpKind])[table.array("kind")[order]]
         if stream is not None:
             wanted &= np.repeat(np.array([s == stream for _, s, _ in programs], dtype=bool), sizes)
         rows, device = order[wanted], device[wanted]

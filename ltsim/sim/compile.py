@@ -11,6 +11,7 @@ import numpy as np
 
 from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
+import ltsim.optable as optable
 from ltsim.optable import B, COLL, KEEP_OF, KIND_OF, OPT, PART_OF, ints
 from ltsim.plan import Comm, Op, OpKind, Plan
 
@@ -92,8 +93,9 @@ def shared_prices(cost: CostModel) -> Prices:
 
 
 def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> Compiled:
-    """Price every op once per distinct shape, over the plan's columns. ``prices``: what earlier
-    plans priced with a cost model of ``cost``'s scope, filled in as a side effect."""
+    """Price every op once per distinct shape, over the plan's columns (op by op for a small
+    plan: ``optable.SMALL``). ``prices``: what earlier plans priced with a cost model of
+    ``cost``'s scope, filled in as a side effect."""
     prices = Prices() if prices is None else prices
     table = plan.table
     n = len(table)
@@ -102,109 +104,81 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
         key = table.key(row)
         raise PlanError(f"{plan.strategy}: op {key} depends on {missing}, which is not in the "
                         f"plan\n{plan.grid(mark=key)}")
-    again: set = set()  # the notes of the prices this plan takes: made once, at the end
-    shapes = _Shapes(table)
-    kind, work, comm = table.array("kind"), table.array("work"), table.array("comm")
-    dur = np.zeros(n)
-    size = np.zeros(n, dtype=np.int64)  # a compute op's working set, held while it runs
-    # compute ops: priced once per (kind, cost shape, part, keep)
-    computed = (work >= 0) & (kind != OPT)
-    rows = np.flatnonzero(computed)
-    if len(rows):
-        code = (((shapes.number[work[rows]] * len(KIND_OF) + kind[rows]) * len(PART_OF)
-                 + table.array("part")[rows]) * len(KEEP_OF) + table.array("keep")[rows])
-        unique, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        seconds, working = np.zeros(len(unique)), np.zeros(len(unique), dtype=np.int64)
-        for u, row in enumerate(rows[first].tolist()):
-            pkey = (KIND_OF[table.kind[row]], shapes.of(table.work[row]),
-                    PART_OF[table.part[row]], KEEP_OF[table.keep[row]])
-            hit = prices.compute.get(pkey)
-            if hit is None:
-                hit = prices.compute[pkey] = _compute_price(cost, table.bare_op(row))
-            seconds[u], working[u], notes = hit
-            if notes:
-                again.update(notes)
-        dur[rows] = seconds[inverse]
-        size[rows] = working[inverse]
-    rest = np.flatnonzero(~computed)
-    moved = rest[comm[rest] >= 0]
-    if len(moved):
-        dur[moved] = _comm_seconds(table, shapes, cost, prices, again)[comm[moved]]
-    for row in rest[comm[rest] < 0].tolist():  # optimizer steps, per device
-        if kind[row] != OPT:
-            raise ValueError(f"op {table.token(row)} carries neither work nor comm")
-        device = plan.devices[table.device[row]]
-        hit = prices.optimizer.get(device)
-        if hit is None:
-            hit = prices.optimizer[device] = cost.noted(cost.optimizer_s, device)
-        dur[row] = hit[0]
-        if hit[1]:
-            again.update(hit[1])
-        if work[row] >= 0:  # an optimizer step naming a work (none does): its working set
-            held, notes = cost.noted(_working_bytes, cost, table.bare_op(row))
-            again.update(notes)
-            size[row] = held
-    sizes = _buffer_sizes(table, shapes, cost, prices, again)
-    alloc, host_alloc = _effect_bytes(table, "allocs", sizes)
-    free, host_free = _effect_bytes(table, "frees", sizes)
+    pricer = _Pricer(table, cost, prices, small=n < optable.SMALL)
+    if pricer.small:
+        dur, size, sizes, alloc, host_alloc, free, host_free = _price_rows(plan, pricer)
+    else:
+        dur, size, sizes = _price_arrays(plan, pricer)
+        alloc, host_alloc = _effect_bytes(table, "allocs", sizes)
+        free, host_free = _effect_bytes(table, "frees", sizes)
     alloc += size
     free += size
     _defer_layerwise(table, alloc, free, sizes)
-    if again:
-        cost.renote(tuple(again))
+    if pricer.again:
+        cost.renote(tuple(pricer.again))
     coll: list = [None] * n
-    groups = table.groups
-    for row in np.flatnonzero(kind == COLL).tolist():
-        group = groups[table.group[row]]
-        if len(group) > 1:
-            coll[row] = (table.token(row), group)
+    groups, group = table.groups, table.group
+    for row in np.flatnonzero(table.array("kind") == COLL).tolist():
+        members = groups[group[row]]
+        if len(members) > 1:
+            coll[row] = (table.token(row), members)
     static = [cost.static_memory_bytes(d) for d in plan.devices]
     host_static = [cost.static_host_bytes(d) for d in plan.devices]
     return Compiled(plan, table.programs, dur.tolist(), alloc.tolist(), host_alloc.tolist(),
                     free.tolist(), host_free.tolist(), coll, static, host_static)
 
 
-class _Shapes:
-    """The cost shapes (Work.cost_shape) of a table's works, numbered (``number``: per work):
-    the engine prices once per shape."""
+class _Pricer:
+    """A table's prices, each asked of the cost model once per value (``prices``: shared by
+    value between plans) and its notes kept for ``again`` (CostModel.renote). Cost shapes
+    (Work.cost_shape) come from the works' fields, numbered (``number``: per work), or for a
+    small plan from the Work objects themselves."""
 
-    __slots__ = ("works", "arrays", "number", "_tuples")
+    __slots__ = ("table", "cost", "prices", "again", "small", "number", "_arrays", "_shapes")
 
-    def __init__(self, table) -> None:
-        self.works = table.works
-        self.arrays = table.work_arrays()
-        self.number = self.arrays["shape"]
-        self._tuples: dict[int, tuple] = {}
+    def __init__(self, table, cost: CostModel, prices: Prices, *, small: bool) -> None:
+        self.table, self.cost, self.prices, self.small = table, cost, prices, small
+        self.again: set = set()  # the notes of the prices this plan takes: made once, at the end
+        self._shapes: dict[int, tuple] = {}
+        if not small:
+            self._arrays = table.work_arrays()
+            self.number = self._arrays["shape"]
 
-    def of(self, w: int) -> tuple:
+    def shape(self, w: int) -> tuple:
         """The cost shape of work ``w``."""
+        if self.small:
+            found = self._shapes.get(w)
+            if found is None:
+                found = self._shapes[w] = self.table.works[w].cost_shape()
+            return found
         number = int(self.number[w])
-        found = self._tuples.get(number)
+        found = self._shapes.get(number)
         if found is None:
-            found = self._tuples[number] = self.works.shape(number, self.arrays)
+            found = self._shapes[number] = self.table.works.shape(number, self._arrays)
         return found
 
+    def _hit(self, hit: tuple) -> tuple:
+        if hit[-1]:
+            self.again.update(hit[-1])
+        return hit
 
-def _comm_seconds(table, shapes: _Shapes, cost: CostModel, prices: Prices, again: set
-                  ) -> np.ndarray:
-    """Per comm of the table, its seconds: by comm_key, which sends on other GPUs share (a key
-    by shape and GPUs first costs as much as it saves), each key computed once per value of the
-    comm with its work by cost shape."""
-    comms = table.comms
-    gpus = np.fromiter(chain.from_iterable(comms.gpus), np.int64, 2 * len(comms)).reshape(-1, 2)
-    scopes = getattr(cost, "comm_scopes", None)
-    if scopes is not None:  # what the key reads of the GPUs
-        where = np.asarray(scopes(gpus[:, 0], gpus[:, 1]), dtype=np.int64)[:, None]
-    else:
-        where = gpus
-    code = ints(comms.cls) * (int(shapes.number.max()) + 1) + shapes.number[ints(comms.work)]
-    for column in where.T:
-        code = code * (int(column.max()) + 1 if len(column) else 1) + column
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    seconds = np.zeros(len(first))
-    for u, c in enumerate(first.tolist()):
+    def compute(self, row: int) -> tuple[float, int, tuple]:
+        """A compute op's seconds and working-set bytes, per (kind, cost shape, part, keep)."""
+        table = self.table
+        pkey = (KIND_OF[table.kind[row]], self.shape(table.work[row]), PART_OF[table.part[row]],
+                KEEP_OF[table.keep[row]])
+        hit = self.prices.compute.get(pkey)
+        if hit is None:
+            hit = self.prices.compute[pkey] = _compute_price(self.cost, table.bare_op(row))
+        return self._hit(hit)
+
+    def comm(self, c: int) -> float:
+        """A comm's seconds, by comm_key (which sends on other GPUs share; a key by shape and
+        GPUs first cost as much as it saved), each key found once per value of the comm with its
+        work by cost shape."""
+        comms, prices, cost = self.table.comms, self.prices, self.cost
         collective, tensor, group_size, steps, pinned = comms.classes[comms.cls[c]]
-        vkey = (collective, tensor, shapes.of(comms.work[c]), group_size, comms.gpus[c], steps,
+        vkey = (collective, tensor, self.shape(comms.work[c]), group_size, comms.gpus[c], steps,
                 pinned)
         ckey = prices.comm_keys.get(vkey)
         if ckey is None:
@@ -212,9 +186,120 @@ def _comm_seconds(table, shapes: _Shapes, cost: CostModel, prices: Prices, again
         hit = prices.durations.get(ckey)
         if hit is None:
             hit = prices.durations[ckey] = cost.noted(duration_s, cost, _comm_op(comms[c]))
-        seconds[u] = hit[0]
-        if hit[1]:
-            again.update(hit[1])
+        return self._hit(hit)[0]
+
+    def buffer(self, b: int) -> int:
+        """A buffer's bytes, per (kind, cost shape, keep, host)."""
+        buffers = self.table.buffers
+        bkey = (buffers.kinds[buffers.kind[b]], self.shape(buffers.work[b]),
+                KEEP_OF[buffers.keep[b]], buffers.host[b])
+        hit = self.prices.buffers.get(bkey)
+        if hit is None:
+            hit = self.prices.buffers[bkey] = self.cost.noted(self.cost.buffer_bytes, buffers[b])
+        return self._hit(hit)[0]
+
+    def optimizer(self, plan: Plan, row: int) -> tuple[float, int]:
+        """An optimizer step's seconds, per device (and a working set, were it to name a work:
+        none does)."""
+        device = plan.devices[self.table.device[row]]
+        hit = self.prices.optimizer.get(device)
+        if hit is None:
+            hit = self.prices.optimizer[device] = self.cost.noted(self.cost.optimizer_s, device)
+        held = 0
+        if self.table.work[row] >= 0:
+            held, notes = self.cost.noted(_working_bytes, self.cost, self.table.bare_op(row))
+            self.again.update(notes)
+        return self._hit(hit)[0], held
+
+
+def _price_rows(plan: Plan, pricer: _Pricer):
+    """Durations, working sets, buffer sizes and memory deltas, op by op (a small plan)."""
+    table = pricer.table
+    n = len(table)
+    dur, size = np.zeros(n), np.zeros(n, dtype=np.int64)
+    seen: dict[tuple, tuple] = {}  # (kind, work, part, keep) -> price
+    comms: dict[int, float] = {}
+    for row, (kind, work, comm, part, keep) in enumerate(zip(
+            table.kind, table.work, table.comm, table.part, table.keep)):
+        if work >= 0 and kind != OPT:
+            key = (kind, work, part, keep)
+            hit = seen.get(key)
+            if hit is None:
+                hit = seen[key] = pricer.compute(row)
+            dur[row], size[row] = hit[0], hit[1]
+        elif comm >= 0:
+            seconds = comms.get(comm)
+            if seconds is None:
+                seconds = comms[comm] = pricer.comm(comm)
+            dur[row] = seconds
+        elif kind == OPT:
+            dur[row], size[row] = pricer.optimizer(plan, row)
+        else:
+            raise ValueError(f"op {table.token(row)} carries neither work nor comm")
+    buffers = table.buffers
+    sizes = np.zeros(len(buffers), dtype=np.int64)
+    used = set(chain.from_iterable(table.allocs)) | set(chain.from_iterable(table.frees))
+    for b in used:
+        sizes[b] = pricer.buffer(b)
+    listed, host = sizes.tolist(), buffers.host
+    deltas = []
+    for effects in (table.allocs, table.frees):
+        device_bytes, host_bytes = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for row, mine in enumerate(effects):
+            for b in mine:
+                if host[b]:
+                    host_bytes[row] += listed[b]
+                else:
+                    device_bytes[row] += listed[b]
+        deltas += [device_bytes, host_bytes]
+    return (dur, size, sizes, *deltas)
+
+
+def _price_arrays(plan: Plan, pricer: _Pricer):
+    """Durations, working sets and buffer sizes over arrays: each distinct price asked once."""
+    table = pricer.table
+    n = len(table)
+    kind, work, comm = table.array("kind"), table.array("work"), table.array("comm")
+    dur = np.zeros(n)
+    size = np.zeros(n, dtype=np.int64)  # a compute op's working set, held while it runs
+    # compute ops: priced once per (kind, cost shape, part, keep)
+    computed = (work >= 0) & (kind != OPT)
+    rows = np.flatnonzero(computed)
+    if len(rows):
+        code = (((pricer.number[work[rows]] * len(KIND_OF) + kind[rows]) * len(PART_OF)
+                 + table.array("part")[rows]) * len(KEEP_OF) + table.array("keep")[rows])
+        unique, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        seconds, working = np.zeros(len(unique)), np.zeros(len(unique), dtype=np.int64)
+        for u, row in enumerate(rows[first].tolist()):
+            seconds[u], working[u], _ = pricer.compute(row)
+        dur[rows] = seconds[inverse]
+        size[rows] = working[inverse]
+    rest = np.flatnonzero(~computed)
+    moved = rest[comm[rest] >= 0]
+    if len(moved):
+        dur[moved] = _comm_seconds(pricer, cost=pricer.cost)[comm[moved]]
+    for row in rest[comm[rest] < 0].tolist():  # optimizer steps, per device
+        if kind[row] != OPT:
+            raise ValueError(f"op {table.token(row)} carries neither work nor comm")
+        dur[row], size[row] = pricer.optimizer(plan, row)
+    return dur, size, _buffer_sizes(pricer)
+
+
+def _comm_seconds(pricer: _Pricer, cost: CostModel) -> np.ndarray:
+    """Per comm of the table, its seconds, asked once per class, work cost shape and what
+    ``comm_key`` reads of the GPUs (CostModel.comm_scopes; without it, the GPUs)."""
+    comms = pricer.table.comms
+    gpus = np.fromiter(chain.from_iterable(comms.gpus), np.int64, 2 * len(comms)).reshape(-1, 2)
+    scopes = getattr(cost, "comm_scopes", None)
+    if scopes is not None:  # what the key reads of the GPUs
+        where = np.asarray(scopes(gpus[:, 0], gpus[:, 1]), dtype=np.int64)[:, None]
+    else:
+        where = gpus
+    code = ints(comms.cls) * (int(pricer.number.max()) + 1) + pricer.number[ints(comms.work)]
+    for column in where.T:
+        code = code * (int(column.max()) + 1 if len(column) else 1) + column
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    seconds = np.array([pricer.comm(c) for c in first.tolist()])
     return seconds[inverse]
 
 
@@ -222,28 +307,17 @@ def _comm_op(comm: Comm) -> Op:
     return Op(kind=OpKind.COLL, device=0, stage=0, comm=comm)
 
 
-def _buffer_sizes(table, shapes: _Shapes, cost: CostModel, prices: Prices, again: set
-                  ) -> np.ndarray:
-    """Per buffer of the table, its bytes, priced once per (kind, cost shape, keep, host)."""
-    buffers = table.buffers
+def _buffer_sizes(pricer: _Pricer) -> np.ndarray:
+    """Per buffer of the table, its bytes, asked once per (kind, cost shape, keep, host)."""
+    buffers = pricer.table.buffers
     sizes = np.zeros(len(buffers), dtype=np.int64)
     if not len(buffers):
         return sizes
-    code = (((ints(buffers.kind) * (int(shapes.number.max()) + 1)
-              + shapes.number[ints(buffers.work)]) * len(KEEP_OF) + ints(buffers.keep))
+    code = (((ints(buffers.kind) * (int(pricer.number.max()) + 1)
+              + pricer.number[ints(buffers.work)]) * len(KEEP_OF) + ints(buffers.keep))
             * 2 + np.fromiter(buffers.host, np.int64, len(buffers)))
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    unique = np.zeros(len(first), dtype=np.int64)
-    for u, b in enumerate(first.tolist()):
-        bkey = (buffers.kinds[buffers.kind[b]], shapes.of(buffers.work[b]),
-                KEEP_OF[buffers.keep[b]], buffers.host[b])
-        hit = prices.buffers.get(bkey)
-        if hit is None:
-            hit = prices.buffers[bkey] = cost.noted(cost.buffer_bytes, buffers[b])
-        unique[u] = hit[0]
-        if hit[1]:
-            again.update(hit[1])
-    sizes[:] = unique[inverse]
+    sizes[:] = np.array([pricer.buffer(b) for b in first.tolist()], dtype=np.int64)[inverse]
     return sizes
 
 

@@ -39,6 +39,7 @@ from ltsim.costs import CostModel
 from ltsim.errors import PlanError
 from ltsim.gcpause import paused
 from ltsim.mirrors import device_sources, mirrored_gpus
+import ltsim.optable as optable
 from ltsim.optable import ints
 from ltsim.plan import Plan
 from ltsim.sim.compile import (  # noqa: F401 (the names the engine's readers import from it)
@@ -154,29 +155,6 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
     riders = _riders(compiled, only)  # per row: rows of programs that only follow it (below)
     rider_clock = [0.0] * len(compiled.programs)
 
-    def ride(ops: list[tuple[int, int]]) -> None:
-        """Rider ops, right after the op they follow was computed: each after its own stream's
-        previous op and that op (the last of its dependencies, all in that op's program and so
-        known). Times an op as ``run_program`` does, written out again there: that loop runs
-        once per op."""
-        for q, j in ops:
-            dur, deps, _, _ = steps[j]
-            clock = rider_clock[q]
-            for d in deps:
-                end = finish[d]
-                if end > clock:
-                    clock = end
-            start[j] = clock
-            event = began_wait[j]
-            if event is not None:
-                event.fire_at(clock)
-            end = clock + dur if dur > 0 else clock
-            finish[j] = end
-            event = done_wait[j]
-            if event is not None:
-                event.fire_at(end)
-            rider_clock[q] = end
-
     def run_program(rows: list[int]):
         clock = 0.0
         for i in rows:
@@ -219,8 +197,28 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                 event.fire_at(end)
             clock = end
             followers = riders[i]
-            if followers is not None:
-                ride(followers)
+            if followers is None:
+                continue
+            # rider ops, right after the op they follow: each after its own stream's previous
+            # op and this one (the last of its dependencies, all in this program and so known),
+            # timed as above (written out again: this loop runs once per op)
+            for q, j in followers:
+                dur, deps, _, _ = steps[j]
+                ride = rider_clock[q]
+                for d in deps:
+                    end = finish[d]
+                    if end > ride:
+                        ride = end
+                start[j] = ride
+                event = began_wait[j]
+                if event is not None:
+                    event.fire_at(ride)
+                end = ride + dur if dur > 0 else ride
+                finish[j] = end
+                event = done_wait[j]
+                if event is not None:
+                    event.fire_at(end)
+                rider_clock[q] = end
 
     ridden = {q for ops in riders if ops is not None for q, _ in ops}
     replayed = [p for p, (_, _, rows) in enumerate(compiled.programs)
@@ -240,6 +238,19 @@ def _deltas(compiled: Compiled, replayed: list[int], start: list, finish: list
     for programs not replayed, or when some op never ran)."""
     mem: list[list] = [[] for _ in compiled.programs]
     host_mem: list[list] = [[] for _ in compiled.programs]
+    if len(compiled.dur) < optable.SMALL:
+        for p in replayed:
+            for out, grow, shrink in ((mem, compiled.alloc, compiled.free),
+                                      (host_mem, compiled.host_alloc, compiled.host_free)):
+                changes = out[p]
+                for r in compiled.programs[p][2]:
+                    if start[r] is None:
+                        return [[] for _ in compiled.programs], [[] for _ in compiled.programs]
+                    if grow[r]:
+                        changes.append((start[r], grow[r]))
+                    if shrink[r]:
+                        changes.append((finish[r], -shrink[r]))
+        return mem, host_mem
     rows = [compiled.programs[p][2] for p in replayed]
     order = np.fromiter(chain.from_iterable(rows), np.int64, sum(map(len, rows)))
     if not len(order):
@@ -276,6 +287,8 @@ def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, i
     same times as a process of its own would give, and without the SimPy resumptions of one.
     Returns, per row, the (program, row) pairs to compute right after it, in program order, or
     None."""
+    if len(compiled.dur) < optable.SMALL:
+        return _riders_rows(compiled, only)
     programs = compiled.programs
     n = len(compiled.dur)
     out: list[list[tuple[int, int]] | None] = [None] * n
@@ -310,6 +323,45 @@ def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, i
             if followers is None:
                 followers = out[trigger] = []
             followers.append((q, j))
+    return out
+
+
+def _riders_rows(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:
+    """``_riders`` op by op."""
+    programs = compiled.programs
+    out: list[list[tuple[int, int]] | None] = [None] * len(compiled.dur)
+    program_of: dict[int, int] = {}
+    position: dict[int, int] = {}
+    for p, (_, stream, rows) in enumerate(programs):
+        if stream == "compute":
+            for i, row in enumerate(rows):
+                program_of[row] = p
+                position[row] = i
+    deps, start_deps, coll = compiled.deps, compiled.start_deps, compiled.coll
+    for q, (_, stream, rows) in enumerate(programs):
+        if stream == "compute" or not rows or (only is not None and q not in only):
+            continue
+        host = last = -1
+        plan: list[tuple[int, int]] = []
+        for j in rows:
+            waits = deps[j]
+            if start_deps[j] or coll[j] is not None or not waits:
+                break
+            where = program_of.get(waits[0], -1)
+            if where < 0 or any(program_of.get(d, -2) != where for d in waits[1:]):
+                break
+            trigger = max(waits, key=position.__getitem__)
+            if (host >= 0 and where != host) or position[trigger] < last:
+                break
+            host, last = where, position[trigger]
+            plan.append((trigger, j))
+        else:
+            if host != q and (only is None or host in only):
+                for trigger, j in plan:
+                    followers = out[trigger]
+                    if followers is None:
+                        followers = out[trigger] = []
+                    followers.append((q, j))
     return out
 
 
@@ -362,6 +414,19 @@ def _levels(programs, deltas: list[list], base: list[int]) -> Samples:
     for (device, _, _), changes in zip(programs, deltas):
         if changes:
             per_device.setdefault(device, []).append(changes)
+    if sum(map(len, deltas)) < optable.SMALL:  # sample by sample
+        out, peaks, finals = [], {}, {}
+        for device in sorted(per_device):
+            level = peak = base[device]
+            streams = per_device[device]
+            for time_s, delta in (streams[0] if len(streams) == 1
+                                  else merge(*streams, key=_release_first)):
+                level += delta
+                peak = max(peak, level)
+                out.append((time_s, device, level))
+            peaks[device], finals[device] = peak, level
+        out.sort(key=itemgetter(0))  # stable: a device's samples keep their order
+        return Samples(out, peaks, finals)
     times, devices, levels = [], [], []
     peaks, finals = {}, {}
     for device in sorted(per_device):

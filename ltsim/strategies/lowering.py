@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+import ltsim.optable as optable
 from ltsim.optable import (B, COLL, F, KEEP_CODE, KIND_CODE, KIND_OF, PART_CODE, R,
                            SEND_B, SEND_F, STREAM_CODE, Works, ints)
 from ltsim.plan import NO_TILING, WORK_KINDS, Comm, Device, Keep, OpKey, Plan, Split, Work
@@ -221,7 +222,8 @@ def add_p2p(draft: Draft) -> Draft:
     """SEND_F after the last forward over a stage's last layer of each chunk, SEND_B after the
     last backward over its first, in the order their producers run; the first forward over the
     first layer (backward over the last, or a full recompute's R before it) of each chunk waits
-    for its peer's send. Computed over the compute programs' columns at once."""
+    for its peer's send. Over the compute programs' columns at once, or op by op for a small
+    plan (``_p2p_rows``)."""
     devices = draft.schedule.devices
     stages = {(d.replica, d.cp_rank, d.stage): d for d in devices}
     live, peers = [], []  # devices with a neighbour stage, and their (previous, next) devices
@@ -233,6 +235,8 @@ def add_p2p(draft: Draft) -> Draft:
             peers.append((prev, nxt))
     if not live:
         return draft
+    if draft.n < optable.SMALL:
+        return _p2p_rows(draft, live, peers)
     programs = [draft.rows(d.index) for d in live]
     rows = np.fromiter(chain.from_iterable(programs), np.int64, sum(map(len, programs)))
     owner = np.repeat(np.arange(len(live)), [len(mine) for mine in programs])
@@ -283,6 +287,60 @@ def add_p2p(draft: Draft) -> Draft:
         # by key: an op a strategy made, or none (the plan's check reports it)
         draft.add_deps(row, (OpKey(peer, devices[peer].stage, KIND_OF[SEND_F + want // width % 2],
                                    want % width, ""),))
+    return draft
+
+
+def _p2p_rows(draft: Draft, live: list[Device], peers: list[tuple]) -> Draft:
+    """``add_p2p`` op by op, device by device."""
+    works, devices = draft.works, draft.schedule.devices
+    kinds, chunks, row_works, keeps = (draft.col(c).tolist() for c in ("kind", "chunk", "work",
+                                                                        "keep"))
+    first_gpu = {d.index: draft.layout.gpus_of(d)[0] for d in devices}
+    made: dict[tuple[int, int, int], int] = {}  # (device, SEND kind, chunk) -> its row
+    waits: list[tuple[int, Device, int, int]] = []  # receiver row, peer, SEND kind, chunk
+    for device, (prev, nxt) in zip(live, peers):
+        first, stop = device.layers
+        receives: dict[tuple[int, int], int] = {}
+        sends: dict[tuple[int, int], tuple[int, int]] = {}
+        for i, row in enumerate(draft.rows(device.index)):
+            kind, chunk, w = kinds[row], chunks[row], row_works[row]
+            if kind == R and w >= 0 and keeps[row] == _INPUT:
+                if works.layers(w)[1] == stop:  # Megatron's full recompute receives
+                    receives.setdefault((B, chunk), row)
+                continue
+            if w < 0 or (kind != F and kind != B):
+                continue
+            low, high = works.layers(w)
+            if (low == first) if kind == F else (high == stop):
+                receives.setdefault((kind, chunk), row)
+            if (high == stop) if kind == F else (low == first):
+                sends[(kind, chunk)] = (i, row)
+        for (kind, chunk), row in receives.items():
+            peer = prev if kind == F else nxt
+            if peer is not None:
+                waits.append((row, peer, SEND_F if kind == F else SEND_B, chunk))
+        comm = list(draft.rows(device.index, "comm"))
+        for (kind, chunk), (_, row) in sorted(sends.items(), key=lambda item: item[1][0]):
+            peer = nxt if kind == F else prev
+            if peer is not None:
+                a, b = first_gpu[device.index], first_gpu[peer.index]
+                whole = works.with_layers(row_works[row], device.layers)
+                send = draft.add(SEND_F if kind == F else SEND_B, device.index, device.stage,
+                                 chunk, "", _COMM, comm=draft.comms.add(
+                                     "send_recv", _TENSOR[kind == B], whole, 2,
+                                     (a, b) if a < b else (b, a)),
+                                 deps=(row,), group=(peer.index,))
+                made[(device.index, SEND_F if kind == F else SEND_B, chunk)] = send
+                comm.append(send)
+        draft.programs[(device.index, "comm")] = comm
+    deps = draft.deps
+    for row, peer, kind, chunk in waits:
+        send = made.get((peer.index, kind, chunk))
+        if send is not None:
+            deps[row] = deps[row] + (send,)
+        else:  # by key: an op a strategy made, or none (the plan's check reports it)
+            draft.add_deps(row, (OpKey(peer.index, devices[peer.index].stage, KIND_OF[kind],
+                                       chunk, ""),))
     return draft
 
 

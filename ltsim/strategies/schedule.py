@@ -227,6 +227,8 @@ class Layout:
         layout of an earlier replica's, in the same order, over sequence ids shifted by a constant
         (a contiguous share of the batch): a strategy whose orders depend on nothing else plans
         the first only (ltsim/mirrors.py)."""
+        if len(replicas) < 2:
+            return ()
         sources: dict[tuple, int] = {}
         out = []
         par = self.parallel

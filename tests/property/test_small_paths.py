@@ -1,0 +1,86 @@
+"""A small plan is lowered, checked, priced and replayed op by op, a large one over arrays
+(``ltsim.optable.SMALL``): both give the same plan, the same check results, the same prices and
+the same trace, on every strategy and random batches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ltsim import optable
+from ltsim.costs import UnitCostModel
+from ltsim.errors import PlanError
+from ltsim.plan import OpKind
+from ltsim.sim import engine
+from ltsim.strategies import REGISTRY
+from tests.property.test_conformance import SMALL_OPTIONS, conformance_ctx
+
+
+def _cases():
+    for name in sorted(REGISTRY):
+        yield pytest.param(name, SMALL_OPTIONS.get(name, [{}])[0], id=name)
+
+
+def _both(fn):
+    """``fn()`` with every plan taken op by op, then over arrays."""
+    out = []
+    saved = optable.SMALL
+    try:
+        for small in (10**9, 0):
+            optable.SMALL = small
+            out.append(fn())
+    finally:
+        optable.SMALL = saved
+    return out
+
+
+@pytest.mark.parametrize("name,options", list(_cases()))
+@settings(max_examples=12, deadline=None)
+@given(pp=st.integers(1, 4), dp=st.integers(1, 3), cp=st.sampled_from([1, 2]),
+       lengths=st.lists(st.integers(1, 200), min_size=2, max_size=12),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_op_by_op_and_over_arrays_agree(name, options, pp, dp, cp, lengths, recompute):
+    strategy = REGISTRY[name]
+    ctx = conformance_ctx(name, pp, dp, cp, recompute)
+
+    def run():
+        plan = strategy.plan(tuple(lengths), ctx, strategy.parse(options))
+        cost = UnitCostModel()
+        compiled = engine.compile_plan(plan, cost)
+        trace = engine.Engine(cost).run(plan)
+        return (plan.programs, compiled.steps, tuple(trace.events), trace.memory,
+                trace.host_memory, trace.peak_memory_bytes(),
+                trace.seconds_by_device(frozenset({"F", "B", "R", "W", "OPT"}), "compute"))
+
+    rows, arrays = _both(run)
+    assert rows == arrays
+
+
+def _megatron():
+    strategy = REGISTRY["megatron-1f1b"]
+    return strategy.plan((4, 2, 1, 1), conformance_ctx("megatron-1f1b", 2, 1, 1, "selective"),
+                         strategy.parse({}))
+
+
+def _edit(plan, token, **changes):
+    return plan.with_programs(tuple(dataclasses.replace(p, ops=tuple(
+        o.evolve(**changes) if o.token == token else o for o in p.ops)) for p in plan.programs))
+
+
+@pytest.mark.parametrize("token,changes", [
+    ("s1F2", {"chunk": 1}), ("s1F2", {"stage": 0}), ("s1F2", {"stream": "comm"}),
+    ("s1F2", {"work": None}), ("s0SEND_F2", {"comm": None}), ("s0B1", {"frees": ()}),
+    ("s1B2", {"kind": OpKind.F})])
+def test_both_ways_report_one_problem(token, changes):
+    bad = _edit(_megatron(), token, **changes)
+
+    def problem():
+        with pytest.raises(PlanError) as info:
+            bad.validate()
+        return str(info.value)
+
+    rows, arrays = _both(problem)
+    assert rows == arrays
