@@ -41,7 +41,7 @@ F, B, W, R, SEND_F, SEND_B, COLL, COPY, OPT = (KIND_CODE[k] for k in (
 #: arrays: a numpy call costs microseconds whatever its size, so the array versions pay off only
 #: from some hundreds of ops (validation/perf/README.md). Both give the same answers
 #: (tests/property/test_small_paths.py runs every strategy both ways).
-SMALL = 1024
+SMALL = 256
 
 #: the per-row columns of an OpTable's block, in order
 COLUMNS = ("kind", "device", "stage", "chunk", "name", "stream", "work", "keep", "part", "comm",

@@ -136,13 +136,15 @@ def _misplaced_arrays(plan: Plan, table: OpTable):
     count = len(plan.devices)
     stages = np.array([d.stage for d in plan.devices] + [-1])
     layers = np.array([d.layers for d in plan.devices] + [(0, 0)]).reshape(-1, 2)
-    # a key seen earlier in program order
+    # a key seen earlier in program order; the key as one number (exact while devices x stages
+    # x kinds x chunks x names stays below 2^63), the rows of a repeated one sorted out after
     twice = np.zeros(len(order), dtype=bool)
     code = (((device * (int(stage.max()) + 2) + stage) * len(KIND_CODE) + kind)
             * (int(chunk.max()) + 2) + chunk + 1) * (len(table.names) + 1) + name
-    if len(np.unique(code)) < len(code):  # (exact while the product fits: devices x stages x
+    ordered = np.sort(code)
+    if (ordered[1:] == ordered[:-1]).any():
         by_key = np.lexsort((np.arange(len(order)), name, chunk, kind, stage, device))
-        same = np.ones(len(order), dtype=bool)  # kinds x chunks x names below 2^63)
+        same = np.ones(len(order), dtype=bool)
         for column in (device, stage, kind, chunk, name):
             ordered = column[by_key]
             same[1:] &= ordered[1:] == ordered[:-1]

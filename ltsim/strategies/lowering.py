@@ -121,30 +121,31 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
         return [()] * n
     out: list[tuple[int, ...]] = [()] * n
     ids = list(map(id, column))
-    shared = {m for m, count in Counter(ids).items() if count >= 8}  # (Counter counts in C)
-    if shared:
-        ids_ = np.array(ids, dtype=np.int64)
-        for m in list(shared):
-            positions = np.flatnonzero(ids_ == m).tolist()
-            mems = column[positions[0]]
-            if not mems:
-                continue
-            if all(x.chunk < 0 and x.keep is None and x.layers is None and not x.one_layer
-                   for x in mems):
-                tuples = zip(*(_plain(draft, mem, [work[i] for i in positions],
-                                      [keep[i] for i in positions]) for mem in mems))
-                for i, found in zip(positions, tuples):
-                    out[i] = found
-            else:
-                shared.discard(m)
+    done = {id(())}  # the Mem tuples resolved: none, and those many actions share (below)
+    ids_ = np.array(ids, dtype=np.int64) if len(ids) >= 8 else None
+    for m, count in Counter(ids).items():  # (Counter counts in C)
+        if count < 8 or m in done:
+            continue
+        positions = np.flatnonzero(ids_ == m).tolist()
+        mems = column[positions[0]]
+        if all(x.chunk < 0 and x.keep is None and x.layers is None and not x.one_layer
+               for x in mems):
+            tuples = zip(*(_plain(draft, mem, [work[i] for i in positions],
+                                  [keep[i] for i in positions]) for mem in mems))
+            list(map(out.__setitem__, positions, tuples))
+            done.add(m)
     alone: dict = {}
-    for i, mems in enumerate(column):
-        if mems and ids[i] not in shared:
-            rkey = (ids[i], work[i], keep[i])
-            found = alone.get(rkey)
-            if found is None:
-                found = alone[rkey] = _resolve(draft, mems, order[i], work[i], device)
-            out[i] = found
+    rest = (range(n) if ids_ is None
+            else np.flatnonzero(~np.isin(ids_, np.array(sorted(done), dtype=np.int64))).tolist())
+    for i in rest:
+        m = ids[i]
+        if m in done:
+            continue
+        rkey = (m, work[i], keep[i])
+        found = alone.get(rkey)
+        if found is None:
+            found = alone[rkey] = _resolve(draft, column[i], order[i], work[i], device)
+        out[i] = found
     return out
 
 
