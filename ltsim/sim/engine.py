@@ -6,12 +6,12 @@ sender's comm stream for the link time; a collective with a group of several dev
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
 says; a backward over several layers charges part of its context K/V gradients at its end
-(``layerwise_deferral``: they accrue layer by layer as its activations are released).
+(``layerwise_deferrals``: they accrue layer by layer as its activations are released).
 
-How it runs (issue 13, validation/perf/README.md). The plan is first compiled to flat arrays:
-integer op ids, dependency id tuples, and durations and byte counts priced once per distinct
-shape of work (ops of equal token layout cost the same whatever their chunk). Each stream's
-process then walks its ops keeping its own clock: an op starts at the latest of the stream's
+How it runs (issue 13, validation/perf/README.md). The plan's rows (ltsim/optable.py) are first
+priced (ltsim/sim/compile.py): durations and byte counts once per distinct shape of work (ops of
+equal token layout cost the same whatever their chunk), dependencies as row ids. Each stream's
+process then walks its rows keeping its own clock: an op starts at the latest of the stream's
 clock and its dependencies' (known) end times, so a process yields to SimPy only when it needs
 an op whose times are not known yet (another stream has not reached it), or a collective
 partner. Such a wait is an event that fires at the awaited op's end (or start) in simulated
@@ -20,8 +20,9 @@ time. A stream whose every op waits only for ops of one compute stream, in that 
 as soon as the op it waits for is done (``_riders``). Identical DP replicas (equal compiled
 programs) are replayed once and their times copied (ltsim/sim/replicas.py); replicas the plan
 itself names as mirrors (ltsim/mirrors.py) are not in its programs at all, and the trace names
-which device each of them repeats. Deterministic:
-times are maxima and sums of priced durations, independent of the order SimPy wakes processes in.
+which device each of them repeats. The memory changes are made from the start and end times
+after the run. Deterministic: times are maxima and sums of priced durations, independent of the
+order SimPy wakes processes in.
 """
 
 from __future__ import annotations
