@@ -348,25 +348,19 @@ class Comms(Sequence):
 
         return _intern(self._ids.setdefault(cls, {}), [key], len(self.cls), extend)[0]
 
-    def add_many(self, collective: str, tensor: str, work: np.ndarray, group_size: int,
-                 low: np.ndarray, high: np.ndarray, steps: int = 1, pinned: bool = False
-                 ) -> list[int]:
-        """``add`` of each (work, GPUs ``low`` and ``high``), the other fields one for all."""
+    def add_new(self, collective: str, tensor: str, work: np.ndarray, group_size: int,
+                low: np.ndarray, high: np.ndarray, steps: int = 1, pinned: bool = False
+                ) -> np.ndarray:
+        """Comms of each (work, GPUs ``low`` and ``high``), the other fields one for all, taken
+        to be new (a pass that makes one per op: the P2P sends): their ids, not interned (a value
+        added again later gets an id of its own, priced alike)."""
         cls = self.class_id(collective, tensor, group_size, steps, pinned)
-        if len(work) and max(int(low.max()), int(high.max())) >= 1 << _GPU_BITS:
-            return [self.add(collective, tensor, w, group_size, (a, b), steps, pinned)
-                    for w, a, b in zip(work.tolist(), low.tolist(), high.tolist())]
-
-        def extend(new: list[int]) -> None:
-            codes = ints(new)
-            self.cls.extend([cls] * len(new))
-            self.work.extend((codes >> (2 * _GPU_BITS)).tolist())
-            self.gpus.extend(zip((codes >> _GPU_BITS & _GPU_MASK).tolist(),
-                                 (codes & _GPU_MASK).tolist()))
-            self._objects.extend([None] * len(new))
-
-        codes = ((work << _GPU_BITS | low) << _GPU_BITS | high).tolist()  # one int per comm
-        return _intern(self._ids.setdefault(cls, {}), codes, len(self.cls), extend)
+        first = len(self.cls)
+        self.cls.extend([cls] * len(work))
+        self.work.extend(work.tolist())
+        self.gpus.extend(zip(low.tolist(), high.tolist()))
+        self._objects.extend([None] * len(work))
+        return np.arange(first, first + len(work))
 
     def of(self, comm: Comm) -> int:
         return self.add(comm.collective, comm.tensor, self.works.of(comm.work), comm.group_size,
@@ -375,4 +369,3 @@ class Comms(Sequence):
 
 _tuple_new = tuple.__new__
 _GPU_BITS = 21  # GPU ranks below 2^21 make one int with the work id (others: a tuple)
-_GPU_MASK = (1 << _GPU_BITS) - 1

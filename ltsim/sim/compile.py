@@ -22,16 +22,17 @@ class Compiled:
     (``compile_plan``)."""
 
     __slots__ = ("plan", "table", "programs", "dur", "alloc", "host_alloc", "free", "host_free",
-                 "deps", "start_deps", "coll", "static", "host_static")
+                 "memory", "deps", "start_deps", "coll", "static", "host_static")
 
     def __init__(self, plan: Plan, programs: list[tuple[int, str, list[int]]], dur: list[float],
                  alloc: list[int], host_alloc: list[int], free: list[int], host_free: list[int],
-                 coll: list, static: list[int], host_static: list[int]) -> None:
+                 memory: list, coll: list, static: list[int], host_static: list[int]) -> None:
         self.plan = plan
         self.table = plan.table
         self.programs = programs  # (device, stream, its rows in order)
         self.dur, self.alloc, self.host_alloc, self.free, self.host_free = (dur, alloc, host_alloc,
                                                                             free, host_free)
+        self.memory = memory  # per row: (alloc, host_alloc, free, host_free), None if all 0
         self.deps, self.start_deps = self.table.deps, self.table.start_deps  # row ids
         self.coll = coll  # per row: (token, members) of a collective of several devices, or None
         self.static = static
@@ -124,8 +125,12 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
             coll[row] = (table.token(row), members)
     static = [cost.static_memory_bytes(d) for d in plan.devices]
     host_static = [cost.static_host_bytes(d) for d in plan.devices]
+    memory: list = [None] * n
+    changed = np.flatnonzero(alloc | host_alloc | free | host_free)
+    list(map(memory.__setitem__, changed.tolist(), zip(*(column[changed].tolist() for column in (
+        alloc, host_alloc, free, host_free)))))
     return Compiled(plan, table.programs, dur.tolist(), alloc.tolist(), host_alloc.tolist(),
-                    free.tolist(), host_free.tolist(), coll, static, host_static)
+                    free.tolist(), host_free.tolist(), memory, coll, static, host_static)
 
 
 class _Pricer:

@@ -139,7 +139,10 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
     ``barrier_sizes``: how many members each collective then waits for."""
     env = simpy.Environment()
     n = len(compiled.dur)
-    steps = list(zip(compiled.dur, compiled.deps, compiled.start_deps, compiled.coll))
+    steps = list(zip(compiled.dur, compiled.deps, compiled.start_deps, compiled.coll,
+                     compiled.memory))
+    mem: list[list] = [[] for _ in compiled.programs]
+    host_mem: list[list] = [[] for _ in compiled.programs]
     start: list[Any] = [None] * n
     finish: list[Any] = [None] * n
     done_wait: list[Any] = [None] * n  # per row: the event fired at its end, made when someone
@@ -156,10 +159,10 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
     riders = _riders(compiled, only)  # per row: rows of programs that only follow it (below)
     rider_clock = [0.0] * len(compiled.programs)
 
-    def run_program(rows: list[int]):
+    def run_program(rows: list[int], changes: list, host_changes: list):
         clock = 0.0
         for i in rows:
-            dur, deps, start_deps, coll = steps[i]
+            dur, deps, start_deps, coll, memory = steps[i]
             for d in deps:
                 end = finish[d]
                 if end is None:
@@ -196,6 +199,16 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             event = done_wait[i]
             if event is not None:
                 event.fire_at(end)
+            if memory is not None:  # allocations at the start, releases at the end
+                alloc, host_alloc, free, host_free = memory
+                if alloc:
+                    changes.append((clock, alloc))
+                if host_alloc:
+                    host_changes.append((clock, host_alloc))
+                if free:
+                    changes.append((end, -free))
+                if host_free:
+                    host_changes.append((end, -host_free))
             clock = end
             followers = riders[i]
             if followers is None:
@@ -204,7 +217,7 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             # op and this one (the last of its dependencies, all in this program and so known),
             # timed as above (written out again: this loop runs once per op)
             for q, j in followers:
-                dur, deps, _, _ = steps[j]
+                dur, deps, _, _, memory = steps[j]
                 ride = rider_clock[q]
                 for d in deps:
                     end = finish[d]
@@ -219,6 +232,16 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                 event = done_wait[j]
                 if event is not None:
                     event.fire_at(end)
+                if memory is not None:
+                    alloc, host_alloc, free, host_free = memory
+                    if alloc:
+                        mem[q].append((ride, alloc))
+                    if host_alloc:
+                        host_mem[q].append((ride, host_alloc))
+                    if free:
+                        mem[q].append((end, -free))
+                    if host_free:
+                        host_mem[q].append((end, -host_free))
                 rider_clock[q] = end
 
     ridden = {q for ops in riders if ops is not None for q, _ in ops}
@@ -226,57 +249,9 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                 if rows and (only is None or p in only)]
     for p in replayed:
         if p not in ridden:
-            env.process(run_program(compiled.programs[p][2]))
+            env.process(run_program(compiled.programs[p][2], mem[p], host_mem[p]))
     env.run()
-    mem, host_mem = _deltas(compiled, replayed, start, finish)
     return start, finish, mem, host_mem
-
-
-def _deltas(compiled: Compiled, replayed: list[int], start: list, finish: list
-            ) -> tuple[list[list], list[list]]:
-    """Per program, its device and host memory changes as (time, delta) in program order: each
-    op's allocations at its start, then its releases at its end (nothing for a zero change, or
-    for programs not replayed, or when some op never ran)."""
-    mem: list[list] = [[] for _ in compiled.programs]
-    host_mem: list[list] = [[] for _ in compiled.programs]
-    if len(compiled.dur) < optable.SMALL:
-        for p in replayed:
-            for out, grow, shrink in ((mem, compiled.alloc, compiled.free),
-                                      (host_mem, compiled.host_alloc, compiled.host_free)):
-                changes = out[p]
-                for r in compiled.programs[p][2]:
-                    if start[r] is None:
-                        return [[] for _ in compiled.programs], [[] for _ in compiled.programs]
-                    if grow[r]:
-                        changes.append((start[r], grow[r]))
-                    if shrink[r]:
-                        changes.append((finish[r], -shrink[r]))
-        return mem, host_mem
-    rows = [compiled.programs[p][2] for p in replayed]
-    order = np.fromiter(chain.from_iterable(rows), np.int64, sum(map(len, rows)))
-    if not len(order):
-        return mem, host_mem
-    begin = [start[r] for r in order.tolist()]
-    end = [finish[r] for r in order.tolist()]
-    if None in end:
-        return mem, host_mem  # a deadlock: build_trace reports it
-    times = np.empty(2 * len(order))
-    times[0::2], times[1::2] = begin, end
-    program = np.repeat(np.repeat(np.array(replayed), [len(r) for r in rows]), 2)
-    for out, grow, shrink in ((mem, compiled.alloc, compiled.free),
-                              (host_mem, compiled.host_alloc, compiled.host_free)):
-        deltas = np.empty(2 * len(order), dtype=np.int64)
-        deltas[0::2] = ints(grow)[order]
-        deltas[1::2] = -ints(shrink)[order]
-        kept = np.flatnonzero(deltas)
-        if not len(kept):
-            continue
-        where = program[kept]
-        bounds = np.flatnonzero(np.diff(where)) + 1
-        for segment in np.split(kept, bounds):
-            out[int(program[segment[0]])] = list(zip(times[segment].tolist(),
-                                                      deltas[segment].tolist()))
-    return mem, host_mem
 
 
 def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:

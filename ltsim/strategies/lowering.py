@@ -281,8 +281,13 @@ def add_p2p(draft: Draft) -> Draft:
     where = np.minimum(np.searchsorted(made[by_code], wanted), max(len(made) - 1, 0))
     found = (made[by_code][where] == wanted) if len(made) else np.zeros(len(got), dtype=bool)
     deps = draft.deps
-    for row, send_row in zip(rows[got[found]].tolist(), sends[by_code[where[found]]].tolist()):
-        deps[row] = deps[row] + (send_row,)
+    receivers = rows[got[found]].tolist()
+    waits = zip(sends[by_code[where[found]]].tolist())  # one send each, as 1-tuples
+    if list(map(deps.__getitem__, receivers)).count(()) == len(receivers):  # (most: no deps yet)
+        list(map(deps.__setitem__, receivers, waits))
+    else:
+        for row, wait in zip(receivers, waits):
+            deps[row] = deps[row] + wait
     for row, want, peer in zip(rows[got[~found]].tolist(), wanted[~found].tolist(),
                                source[~found].tolist()):
         # by key: an op a strategy made, or none (the plan's check reports it)
@@ -378,8 +383,8 @@ def _sends(draft: Draft, producers: np.ndarray, devices: np.ndarray, peers: np.n
     comms = np.zeros(count, dtype=np.int64)
     for direction in (False, True):
         mine = np.flatnonzero(backward == direction)
-        comms[mine] = draft.comms.add_many("send_recv", _TENSOR[direction], whole[mine], 2,
-                                           low_gpu[mine], high_gpu[mine])
+        comms[mine] = draft.comms.add_new("send_recv", _TENSOR[direction], whole[mine], 2,
+                                          low_gpu[mine], high_gpu[mine])
     group_of = np.zeros(len(all_devices), dtype=np.int64)
     for p in set(peers.tolist()):
         group_of[p] = draft.group_id((p,))
