@@ -39,7 +39,7 @@ class Works(Sequence):
         self._variant_ids: dict[tuple, int] = {}
         self._ids: dict[tuple[int, int], dict[int, int]] = {}  # (ref, variant) -> chunk -> id
         self._objects: list[Work | None] = []
-        self.derived: dict = {}  # a builder's memo of variants made from variants
+        self.derived: dict = {}  # a builder's memos (the lowering's: variants made from variants)
 
     def __len__(self) -> int:
         return len(self.chunk)

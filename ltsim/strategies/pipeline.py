@@ -9,6 +9,8 @@ policy. The lowering passes (lowering.py) then add P2P, CP, ZeRO and DP plumbing
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 
 from ltsim.plan import Keep, OpKind
 from ltsim.strategies.schedule import Action, Mem, mems
@@ -52,9 +54,12 @@ def interleave_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int
     forwarded here), which ChunkFlow's dependent groups need. With backwards in forward order this
     is exactly Megatron's 1F1B.
     """
+    cap = num_stages - stage
+    steady = _steady(fwd, bwd, cap)
+    if steady is not None:
+        return steady
     done: set[int] = set()
     order: list[Action] = []
-    cap = num_stages - stage
     with_grad = {item[-1].chunk for item in bwd}  # a forward without a backward is not in flight
     f = b = in_flight = 0
     while b < len(bwd):
@@ -68,3 +73,26 @@ def interleave_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int
         b += 1
     order.extend(a for item in fwd[f:] for a in item)  # forwards after the last backward
     return order
+
+
+def _steady(fwd: list[list[Action]], bwd: list[list[Action]], cap: int) -> list[Action] | None:
+    """``interleave_1f1b``'s order, written at once, when every item is one action and the
+    backwards come in the forwards' order, every chunk with one (Megatron's micro-batches):
+    the first min(cap, m) forwards, then one backward one forward, then the remaining
+    backwards. None otherwise."""
+    m = len(fwd)
+    if len(bwd) != m or any(map(_not_one, fwd)) or any(map(_not_one, bwd)):
+        return None
+    forwards = [item[0] for item in fwd]
+    backwards = [item[0] for item in bwd]
+    if list(map(_CHUNK, forwards)) != list(map(_CHUNK, backwards)):
+        return None
+    k = min(cap, m)
+    return forwards[:k] + list(chain.from_iterable(zip(backwards, forwards[k:]))) + backwards[m - k:]
+
+
+def _not_one(item: list) -> bool:
+    return len(item) != 1
+
+
+_CHUNK = attrgetter("chunk")

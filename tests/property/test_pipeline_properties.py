@@ -41,3 +41,25 @@ def test_random_batches_same_trace_twice(p, dp, lengths, recompute):
     first = Engine(UnitCostModel()).run(plan)
     second = Engine(UnitCostModel()).run(MEGATRON.plan(tuple(lengths), ctx, MEGATRON.parse({})))
     assert first == second
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(0, 40), num_stages=st.integers(1, 10), data=st.data())
+def test_the_steady_1f1b_order_is_the_general_one(m, num_stages, data):
+    """interleave_1f1b writes Megatron's order at once when every chunk is one forward and one
+    backward in forward order (pipeline._steady); the loop gives the same order."""
+    from ltsim.plan import Keep, OpKind
+    from ltsim.strategies import pipeline
+    from ltsim.strategies.schedule import Action
+
+    stage = data.draw(st.integers(0, num_stages - 1))
+    fwd = [[Action(OpKind.F, c, Keep.ALL)] for c in range(m)]
+    bwd = [[Action(OpKind.B, c, Keep.ALL)] for c in range(m)]
+    written = pipeline.interleave_1f1b(fwd, bwd, stage, num_stages)
+    assert pipeline._steady(fwd, bwd, num_stages - stage) == written
+    original = pipeline._steady
+    pipeline._steady = lambda *args: None
+    try:
+        assert pipeline.interleave_1f1b(fwd, bwd, stage, num_stages) == written
+    finally:
+        pipeline._steady = original
