@@ -6,7 +6,7 @@ from the fields (``Works.arrays``), not from objects, and the lowering adds valu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import is_, itemgetter
 from typing import Any
@@ -17,6 +17,10 @@ from ltsim.plan import Buffer, Comm, Keep, Slice, Split, Tiling, Work
 
 KEEP_OF: tuple[Keep, ...] = tuple(Keep)
 KEEP_CODE: dict[Keep, int] = {k: i for i, k in enumerate(KEEP_OF)}
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class Works(Sequence):
@@ -134,6 +138,19 @@ class Works(Sequence):
         return self.add(work.chunk, self.slices_id(work.chunk, work.slices),
                         self.variant_id(work.layers, work.split, work.embed, work.head,
                                         work.tiling))
+
+    def cost_shape(self, w: int, layouts: dict[tuple[int, int], Any],
+                   name: Callable[[tuple], Any] = _same) -> tuple:
+        """``self[w].cost_shape()`` without the Work object, its token layout as ``name`` calls
+        it; ``layouts``: a memo of the layouts' names by (chunk, ref), which the caller keeps for
+        a table."""
+        chunk, ref = self.chunk[w], self.ref[w]
+        layout = layouts.get((chunk, ref))
+        if layout is None:
+            layout = layouts[(chunk, ref)] = name(_layout(self.chunk_slices[chunk] if ref < 0
+                                                          else self.slice_sets[ref]))
+        (low, high), split, embed, head, tiling = self.variants[self.variant[w]]
+        return layout, high - low, split, embed, head, tiling
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Per work: ``tokens``, ``low``, ``high`` (its layer range), ``cp`` (its split's CP

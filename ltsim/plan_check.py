@@ -20,6 +20,7 @@ from ltsim.plan import STREAMS, WORK_KINDS, OpKind, Plan
 # per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's
 # slices); per kind code: carries a Work
 _COVERED = np.array([True, False, True])
+_COVERED_ROW = _COVERED.tolist()
 _IS_WORK = np.array([k in WORK_KINDS for k in KIND_CODE])
 
 
@@ -244,7 +245,10 @@ def _check_coverage(plan: Plan):
     """Every chunk is forwarded once per stage and, if it gets gradients, backwarded once: the ops'
     token-layers (a CP-sharded work counts 1/cp on one rank, fully on a lockstep group) add up to
     the chunk's tokens times the stage's layers. Chunks without gradients get no backward. A
-    mirrored chunk is covered by its source's ops; every sequence by the chunks' slices."""
+    mirrored chunk is covered by its source's ops; every sequence by the chunks' slices. Over
+    arrays, or op by op for a small plan (``_coverage_rows``: the same sums in the same order)."""
+    if len(plan.table) < optable.SMALL:
+        return _coverage_rows(plan)
     table = plan.table
     stages = plan.num_stages  # a property over devices: once
     pieces = _pieces(plan)
@@ -310,6 +314,71 @@ def _check_coverage(plan: Plan):
     return None
 
 
+def _coverage_rows(plan: Plan):
+    """``_check_coverage`` op by op."""
+    table = plan.table
+    works = table.works
+    kind, chunk, part, work = table.kind, table.chunk, table.part, table.work
+    stage, device = table.stage, table.device
+    widths = [d.cp_width for d in plan.devices]
+    tokens_of: dict[tuple[int, int], int] = {}  # per (chunk, slices id): their tokens
+
+    def tokens(chunk_index: int, ref: int) -> int:
+        found = tokens_of.get((chunk_index, ref))
+        if found is None:
+            slices = works.chunk_slices[chunk_index] if ref < 0 else works.slice_sets[ref]
+            found = tokens_of[(chunk_index, ref)] = (sum(map(_STOP, slices))
+                                                     - sum(map(_START, slices)))
+        return found
+
+    weights: dict[int, float] = {}  # per work: its token-layers, over its CP degree
+    got: dict[tuple[int, int, int], float] = {}  # (kind, chunk, stage) -> token-layers
+    for _, stream, rows in table.programs:
+        if stream != "compute":
+            continue
+        for row in rows:
+            k = kind[row]
+            if (k != F and k != B) or not _COVERED_ROW[part[row]] or chunk[row] < 0:
+                continue
+            w = work[row]
+            weight = weights.get(w)
+            if weight is None:
+                (low, high), split = works.variants[works.variant[w]][:2]
+                weight = weights[w] = (tokens(works.chunk[w], works.ref[w]) * (high - low)
+                                       / split.cp)
+            cell = (k, chunk[row], stage[row])
+            got[cell] = got.get(cell, 0.0) + weight * widths[device[row]]
+    mirrored = set(_mirror_pairs(plan)[:, 1].tolist()) if plan.mirrors else ()
+    grad_chunks = plan.grad_chunks
+    stage_widths = [stop - first for first, stop in plan.stage_layers]
+    for c in plan.chunks:
+        if c.index in mirrored:
+            continue
+        own = (tokens(c.index, -1) if works.chunk_slices.get(c.index) is c.slices
+               else sum(map(_STOP, c.slices)) - sum(map(_START, c.slices)))
+        grad = grad_chunks is None or c.index in grad_chunks
+        for at, width in enumerate(stage_widths):
+            need = float(own * width)
+            slack = 1e-6 * max(need, 1)
+            forward, backward = got.get((F, c.index, at), 0.0), got.get((B, c.index, at), 0.0)
+            if abs(forward - need) > slack:
+                return _uncovered(plan, c.index, at, OpKind.F, forward, int(need))
+            if abs(backward - need) > slack if grad else abs(backward) > 1e-6:
+                return _uncovered(plan, c.index, at, OpKind.B, backward, int(need) if grad else 0)
+    lengths = plan.seq_lengths
+    count = len(lengths)
+    seq_tokens = [0] * count
+    for c in plan.chunks:
+        for seq, start, stop in c.slices:
+            if seq < 0 or seq >= count:
+                return f"chunk {c.index} holds sequence {seq}, not in the batch", None
+            seq_tokens[seq] += stop - start
+    for at, (have, length) in enumerate(zip(seq_tokens, lengths)):
+        if have != length:
+            return f"sequence {at} has {length} tokens but its slices cover {have}", None
+    return None
+
+
 def _gather(first: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The indices first[0], first[0] + 1, ... (counts[0] of them), then first[1], ...: the
     places of some rows' items in a flat array, in the rows' order."""
@@ -343,6 +412,7 @@ def _mirror_pairs(plan: Plan) -> np.ndarray:
 
 
 _INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
+_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 
 
 def _uncovered(plan: Plan, chunk: int, stage: int, kind: OpKind, got: float, want: float):

@@ -40,6 +40,8 @@ class BufferCosts:
         self.context_mask_bias, self.loss_kernel = context_mask_bias, loss_kernel
         self.e = dtype_bytes(model.dtype)
         self.per_token = lru_cache(maxsize=4096)(self._per_token)
+        # per device: every plan's compile asks it of every device (a sweep: thousands of times)
+        self.static_bytes = lru_cache(maxsize=4096)(self._static_bytes)
 
     def bytes(self, buffer: Buffer) -> int:
         work = buffer.work
@@ -108,7 +110,7 @@ class BufferCosts:
                                                              loss_kernel=self.loss_kernel)
         return int(max(mlp, loss))
 
-    def static_bytes(self, device: Device) -> mem.StaticMemory:
+    def _static_bytes(self, device: Device) -> mem.StaticMemory:
         par = ParallelConfig(tp=device.tp, dp=device.num_shards, zero_stage=device.zero_stage,
                              grad_dtype=device.grad_dtype, optimizer_dtype=device.optimizer_dtype)
         return mem.static_memory_bytes(self.model, par, num_layers=device.num_layers,

@@ -59,7 +59,7 @@ class Prices:
     notes of the prices a plan takes from it are made again (``CostModel.renote``), so each run
     warns as if it had priced alone."""
 
-    __slots__ = ("compute", "durations", "comm_keys", "buffers", "optimizer")
+    __slots__ = ("compute", "durations", "comm_keys", "buffers", "optimizer", "layouts")
 
     def __init__(self) -> None:
         self.compute: dict = {}  # -> (seconds, working-set bytes, notes)
@@ -67,10 +67,19 @@ class Prices:
         self.comm_keys: dict = {}  # a comm's value (its work by cost shape) -> its comm key
         self.buffers: dict = {}
         self.optimizer: dict = {}
+        # a cost shape's token layout -> a number that stands for it in the keys above: hashed
+        # once per plan, not on every lookup (a chunk of 256 sequences has 256 pairs)
+        self.layouts: dict[tuple, int] = {}
 
     def __len__(self) -> int:
         return (len(self.compute) + len(self.durations) + len(self.comm_keys) + len(self.buffers)
-                + len(self.optimizer))
+                + len(self.optimizer) + len(self.layouts))
+
+    def layout_id(self, layout: tuple) -> int:
+        found = self.layouts.get(layout)
+        if found is None:
+            found = self.layouts[layout] = len(self.layouts)
+        return found
 
 
 _SHARED: dict = {}  # price scope -> Prices, the most recently used last
@@ -139,27 +148,31 @@ class _Pricer:
     (Work.cost_shape) come from the works' fields, numbered (``number``: per work), or for a
     small plan from the Work objects themselves."""
 
-    __slots__ = ("table", "cost", "prices", "again", "small", "number", "_arrays", "_shapes")
+    __slots__ = ("table", "cost", "prices", "again", "small", "number", "_arrays", "_shapes",
+                 "_layouts")
 
     def __init__(self, table, cost: CostModel, prices: Prices, *, small: bool) -> None:
         self.table, self.cost, self.prices, self.small = table, cost, prices, small
         self.again: set = set()  # the notes of the prices this plan takes: made once, at the end
         self._shapes: dict[int, tuple] = {}
+        self._layouts: dict[tuple[int, int], tuple] = {}  # small: Works.cost_shape's memo
         if not small:
             self._arrays = table.work_arrays()
             self.number = self._arrays["shape"]
 
     def shape(self, w: int) -> tuple:
-        """The cost shape of work ``w``."""
+        """The cost shape of work ``w``, its token layout as a number (Prices.layout_id)."""
         if self.small:
             found = self._shapes.get(w)
             if found is None:
-                found = self._shapes[w] = self.table.works[w].cost_shape()
+                found = self._shapes[w] = self.table.works.cost_shape(
+                    w, self._layouts, self.prices.layout_id)
             return found
         number = int(self.number[w])
         found = self._shapes.get(number)
         if found is None:
-            found = self._shapes[number] = self.table.works.shape(number, self._arrays)
+            layout, *rest = self.table.works.shape(number, self._arrays)
+            found = self._shapes[number] = (self.prices.layout_id(layout), *rest)
         return found
 
     def _hit(self, hit: tuple) -> tuple:
@@ -364,11 +377,13 @@ def layerwise_deferrals(table, sizes: np.ndarray) -> dict[int, tuple[int, int]]:
     parallelism (``split_cp``: its attention part, which allocates, then the rest, which
     releases, the next op of its program) defers to the end of the rest (maxlen.peak_terms
     splits the peak the same way)."""
+    buffers = table.buffers
+    if "kv_grad" not in buffers.kinds:  # nothing to defer
+        return {}
     kind, allocs = table.array("kind"), table.allocs
     rows = np.array([r for r in np.flatnonzero(kind == B).tolist() if allocs[r]], dtype=np.int64)
     if not len(rows):
         return {}
-    buffers = table.buffers
     names = np.array(buffers.kinds + [""])
     buffer_kind = names[ints(buffers.kind)]
     works = table.work_arrays()

@@ -122,11 +122,14 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
     out: list[tuple[int, ...]] = [()] * n
     ids = list(map(id, column))
     done = {id(())}  # the Mem tuples resolved: none, and those many actions share (below)
-    ids_ = np.array(ids, dtype=np.int64) if len(ids) >= 8 else None
+    # numpy over the ids of a long program; a short one in Python (a numpy call costs
+    # microseconds whatever its size)
+    ids_ = np.array(ids, dtype=np.int64) if n >= optable.SMALL else None
     for m, count in Counter(ids).items():  # (Counter counts in C)
         if count < 8 or m in done:
             continue
-        positions = np.flatnonzero(ids_ == m).tolist()
+        positions = (np.flatnonzero(ids_ == m).tolist() if ids_ is not None
+                     else [i for i, x in enumerate(ids) if x == m])
         mems = column[positions[0]]
         if all(x.chunk < 0 and x.keep is None and x.layers is None and not x.one_layer
                for x in mems):
@@ -135,8 +138,12 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
             list(map(out.__setitem__, positions, tuples))
             done.add(m)
     alone: dict = {}
-    rest = (range(n) if ids_ is None
-            else np.flatnonzero(~np.isin(ids_, np.array(sorted(done), dtype=np.int64))).tolist())
+    if len(done) == 1:
+        rest = range(n)
+    elif ids_ is None:
+        rest = [i for i, x in enumerate(ids) if x not in done]
+    else:
+        rest = np.flatnonzero(~np.isin(ids_, np.array(sorted(done), dtype=np.int64))).tolist()
     for i in rest:
         m = ids[i]
         if m in done:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import ltsim.optable as optable
 from ltsim.optable import B, COLL, OPT, STREAM_CODE, ints
 from ltsim.plan import Comm, Device, Split, Work
 from ltsim.strategies.draft import Draft
@@ -132,11 +133,19 @@ def _step_end_reduction(draft: Draft, device: Device, compute: list[int], grads:
     op (Megatron's finalize_model_grads, once the pipeline schedule has returned)."""
     start: tuple[int, ...] = ()
     if device.overlap_grad_reduce and compute:
-        mine = ints(compute)
-        at = np.flatnonzero(draft.col("kind")[mine] == B)
-        if len(at):  # the first backward op of the chunk whose backward ends last
-            chunk = draft.col("chunk")[mine[at]]
-            start = (compute[int(at[np.argmax(chunk == chunk[-1])])],)
+        # the first backward op of the chunk whose backward ends last
+        if len(compute) < optable.SMALL:  # op by op (a numpy call costs microseconds)
+            kind, chunk = draft.col("kind"), draft.col("chunk")
+            backs = [row for row in compute if kind[row] == B]
+            if backs:
+                last = chunk[backs[-1]]
+                start = (next(row for row in backs if chunk[row] == last),)
+        else:
+            mine = ints(compute)
+            at = np.flatnonzero(draft.col("kind")[mine] == B)
+            if len(at):
+                chunk = draft.col("chunk")[mine[at]]
+                start = (compute[int(at[np.argmax(chunk == chunk[-1])])],)
     after = (compute[-1],) if compute and not start else ()
     return draft.add(COLL, device.index, device.stage, -1, "dp-grad", _COLL, comm=grads,
                      group=group, start_deps=start, deps=after)

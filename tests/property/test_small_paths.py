@@ -84,3 +84,30 @@ def test_both_ways_report_one_problem(token, changes):
 
     rows, arrays = _both(problem)
     assert rows == arrays
+
+
+def _bad_slices():
+    """A plan whose first chunk holds a sequence not in the batch; one whose batch says other
+    lengths than its chunks' slices cover; one whose second chunk has more tokens than its ops
+    cover."""
+    plan = _megatron()
+    first, second = plan.chunks[0], plan.chunks[1]
+    outside = first._replace(slices=(first.slices[0]._replace(seq=9),))
+    longer = second._replace(slices=(second.slices[0]._replace(stop=3),))
+    return [dataclasses.replace(plan, chunks=(outside, *plan.chunks[1:])),
+            dataclasses.replace(plan, seq_lengths=(4, 2, 1, 2)),
+            dataclasses.replace(plan, chunks=(first, longer, *plan.chunks[2:]))]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_both_ways_report_one_coverage_problem(case):
+    bad = _bad_slices()[case]
+
+    def problem():
+        with pytest.raises(PlanError) as info:
+            bad.validate()
+        return str(info.value)
+
+    rows, arrays = _both(problem)
+    assert rows == arrays
+    assert ("not in the batch", "slices cover", "token-layers")[case] in rows
