@@ -75,15 +75,14 @@ def _edit(plan, token, **changes):
     ("s1F2", {"work": None}), ("s0SEND_F2", {"comm": None}), ("s0B1", {"frees": ()}),
     ("s1B2", {"kind": OpKind.F})])
 def test_both_ways_report_one_problem(token, changes):
-    bad = _edit(_megatron(), token, **changes)
-
-    def problem():
-        with pytest.raises(PlanError) as info:
-            bad.validate()
-        return str(info.value)
-
-    rows, arrays = _both(problem)
+    rows, arrays = _both(lambda: _problem(_edit(_megatron(), token, **changes)))
     assert rows == arrays
+
+
+def _problem(bad) -> str:
+    with pytest.raises(PlanError) as info:
+        bad.validate()
+    return str(info.value)
 
 
 def _bad_slices():
@@ -102,12 +101,6 @@ def _bad_slices():
 @pytest.mark.parametrize("case", range(3))
 def test_both_ways_report_one_coverage_problem(case):
     bad = _bad_slices()[case]
-
-    def problem():
-        with pytest.raises(PlanError) as info:
-            bad.validate()
-        return str(info.value)
-
-    rows, arrays = _both(problem)
+    rows, arrays = _both(lambda: _problem(bad))
     assert rows == arrays
     assert ("not in the batch", "slices cover", "token-layers")[case] in rows
