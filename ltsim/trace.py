@@ -49,13 +49,14 @@ class EventTable(Sequence):
     something reads them (issue 13: a sweep needs the makespan and the busy time, which come from
     the columns). A sequence of Events otherwise, equal to the tuple it stands for."""
 
-    __slots__ = ("_table", "_start", "_finish", "_events")
+    __slots__ = ("_table", "_start", "_finish", "_events", "_spans")
 
     def __init__(self, table: "OpTable", start: Sequence[float], finish: Sequence[float]) -> None:
         self._table = table  # the plan's ops (ltsim/optable.py), by row
         self._start = start  # per row
         self._finish = finish
         self._events: tuple[Event, ...] | None = None
+        self._spans: np.ndarray | None = None  # per row, end - start: made once, on first use
 
     def _written(self) -> tuple[Event, ...]:
         events = self._events
@@ -120,8 +121,10 @@ class EventTable(Sequence):
             wanted &= np.repeat(np.array([s == stream for _, s, _ in programs], dtype=bool), sizes)
         rows, device = order[wanted], device[wanted]
         if self._events is None and len(self._finish) == len(table):
-            spans = (np.fromiter(self._finish, float, len(table))[rows]
-                     - np.fromiter(self._start, float, len(table))[rows])
+            if self._spans is None:  # the metrics ask twice (compute, then communication)
+                self._spans = (np.fromiter(self._finish, float, len(table))
+                               - np.fromiter(self._start, float, len(table)))
+            spans = self._spans[rows]
         else:
             spans = np.array([self._finish[i] - self._start[i] for i in rows.tolist()])
         by_device = np.argsort(device, kind="stable")

@@ -75,6 +75,16 @@ def make_slice(seq: int, start: int, stop: int) -> Slice:
     return _tuple_new(Slice, (seq, start, stop))
 
 
+def whole_sequences(seq_ids: list[int], lengths: tuple[int, ...], first: int,
+                    replica: int) -> list[Chunk]:
+    """A chunk per sequence of ``seq_ids``, whole, numbered from ``first``: ``make_chunk(index,
+    (make_slice(s, 0, lengths[s]),), replica)`` written out (two calls fewer a sequence: a
+    1024-GPU batch has thousands)."""
+    new = _tuple_new
+    return [new(Chunk, (index, (new(Slice, (s, 0, lengths[s])),), replica))
+            for index, s in enumerate(seq_ids, first)]
+
+
 _tuple_new = tuple.__new__
 
 

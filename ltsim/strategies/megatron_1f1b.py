@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Plan
-from ltsim.work import make_chunk, make_slice
+from ltsim.work import make_chunk, make_slice, whole_sequences
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b
@@ -61,8 +61,7 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     replicas: list[list[Chunk]] = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
         if options.micro_batch_size == 1 and not options.pack_tokens:  # a sequence a chunk
-            mine = [make_chunk(index, (make_slice(s, 0, batch[s]),), replica)
-                    for index, s in enumerate(seq_ids, len(chunks))]
+            mine = whole_sequences(seq_ids, batch, len(chunks), replica)
         else:
             mine = [make_chunk(index, tuple([make_slice(s, 0, batch[s]) for s in group]),
                                replica)
