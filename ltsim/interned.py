@@ -158,19 +158,19 @@ class Works(Sequence):
         ``shapes()``)."""
         layouts: dict[tuple, int] = {}
         chunk, ref = ints(self.chunk), ints(self.ref)
-        used = sorted(set(chunk[ref < 0].tolist()))  # chunks whose own slices some work covers
-        size = (used[-1] + 1) if used else 1
+        used = np.unique(chunk[ref < 0])  # chunks whose own slices some work covers, by place
+        size = max(len(used), 1)
         chunk_layout, chunk_tokens = np.zeros(size, np.int64), np.zeros(size, np.int64)
-        for c in used:
+        for at, c in enumerate(used.tolist()):
             slices = self.chunk_slices[c]
-            chunk_layout[c] = layouts.setdefault(_layout(slices), len(layouts))
-            chunk_tokens[c] = sum(map(_STOP, slices)) - sum(map(_START, slices))
+            chunk_layout[at] = layouts.setdefault(_layout(slices), len(layouts))
+            chunk_tokens[at] = sum(map(_STOP, slices)) - sum(map(_START, slices))
         set_layout = ints([layouts.setdefault(_layout(sl), len(layouts))
                            for sl in self.slice_sets] + [0])
         set_tokens = ints([sum(map(_STOP, sl)) - sum(map(_START, sl)) for sl in self.slice_sets]
                           + [0])
         own = ref < 0
-        where = np.where(own, np.minimum(chunk, size - 1), 0)
+        where = np.where(own, np.minimum(np.searchsorted(used, chunk), size - 1), 0)
         layout = np.where(own, chunk_layout[where], set_layout[ref])
         tokens = np.where(own, chunk_tokens[where], set_tokens[ref])
         kinds: dict[tuple, int] = {}  # a variant's part of the cost shape

@@ -104,3 +104,60 @@ def test_both_ways_report_one_coverage_problem(case):
     rows, arrays = _both(lambda: _problem(bad))
     assert rows == arrays
     assert ("not in the batch", "slices cover", "token-layers")[case] in rows
+
+
+def _renumbered(plan, old: int, new: int):
+    """``plan`` with chunk ``old`` called ``new`` everywhere: the chunk, its ops, their works,
+    buffers, comms and the dependencies on them."""
+    def work(w):
+        return dataclasses.replace(w, chunk=new) if w is not None and w.chunk == old else w
+
+    def keys(ks):
+        return tuple(k._replace(chunk=new) if k.chunk == old else k for k in ks)
+
+    def op(o):
+        return o.evolve(
+            chunk=new if o.chunk == old else o.chunk, work=work(o.work),
+            comm=o.comm._replace(work=work(o.comm.work)) if o.comm is not None else None,
+            allocs=tuple(b._replace(work=work(b.work)) for b in o.allocs),
+            frees=tuple(b._replace(work=work(b.work)) for b in o.frees),
+            deps=keys(o.deps), start_deps=keys(o.start_deps))
+
+    chunks = tuple(c._replace(index=new) if c.index == old else c for c in plan.chunks)
+    return dataclasses.replace(plan, chunks=chunks).with_programs(tuple(
+        dataclasses.replace(p, ops=tuple(map(op, p.ops))) for p in plan.programs))
+
+
+def test_a_chunk_index_far_past_the_others_is_checked_and_replayed_alike():
+    """Chunk indices are names, not array sizes: one of 10**12 costs no memory (review of issue
+    13: the array paths had sized arrays by the largest index)."""
+    def run():
+        plan = _renumbered(_megatron(), 3, 10**12)
+        plan.validate()
+        return tuple(engine.Engine(UnitCostModel()).run(plan).events)
+
+    rows, arrays = _both(run)
+    assert rows == arrays
+    assert {e.chunk for e in rows} >= {10**12}
+
+
+def test_both_ways_refuse_a_negative_chunk_index():
+    """The op table keeps -1 for an op of no chunk, so chunks count from 0."""
+    rows, arrays = _both(lambda: _problem(_renumbered(_megatron(), 3, -5)))
+    assert rows == arrays and "chunk -5 has a negative index" in rows
+    rows, arrays = _both(lambda: _problem(_edit(_megatron(), "s1F2", chunk=-5)))
+    assert rows == arrays and "names chunk -5" in rows
+
+
+def test_a_sequence_outside_the_batch_beside_mirrored_replicas_is_reported():
+    """A chunk of no mirror that holds a sequence the batch lacks: the coverage rule's message,
+    not an IndexError in the mirrors' rule (review of issue 13)."""
+    strategy = REGISTRY["megatron-1f1b"]
+    plan = strategy.plan((4, 2, 5, 3, 4, 2), conformance_ctx("megatron-1f1b", 1, 3, 1, "selective"),
+                         strategy.parse({}))
+    assert plan.mirrors and 2 not in {c for m in plan.mirrors for pair in m.chunks for c in pair}
+    chunk = plan.chunks[2]
+    bad = dataclasses.replace(plan, chunks=(*plan.chunks[:2], chunk._replace(
+        slices=(chunk.slices[0]._replace(seq=9),)), *plan.chunks[3:]))
+    rows, arrays = _both(lambda: _problem(bad))
+    assert rows == arrays and "chunk 2 holds sequence 9, not in the batch" in rows
