@@ -21,17 +21,15 @@ class Compiled:
     duration, memory deltas, the rows it waits for and its collective. Built once per plan
     (``compile_plan``)."""
 
-    __slots__ = ("plan", "table", "programs", "dur", "alloc", "host_alloc", "free", "host_free",
-                 "memory", "deps", "start_deps", "coll", "static", "host_static")
+    __slots__ = ("plan", "table", "programs", "dur", "memory", "deps", "start_deps", "coll",
+                 "static", "host_static")
 
     def __init__(self, plan: Plan, programs: list[tuple[int, str, list[int]]], dur: list[float],
-                 alloc: list[int], host_alloc: list[int], free: list[int], host_free: list[int],
                  memory: list, coll: list, static: list[int], host_static: list[int]) -> None:
         self.plan = plan
         self.table = plan.table
         self.programs = programs  # (device, stream, its rows in order)
-        self.dur, self.alloc, self.host_alloc, self.free, self.host_free = (dur, alloc, host_alloc,
-                                                                            free, host_free)
+        self.dur = dur
         self.memory = memory  # per row: (alloc, host_alloc, free, host_free), None if all 0
         self.deps, self.start_deps = self.table.deps, self.table.start_deps  # row ids
         self.coll = coll  # per row: (token, members) of a collective of several devices, or None
@@ -46,8 +44,9 @@ class Compiled:
     @property
     def steps(self) -> list[tuple]:
         """Per row: (dur, alloc, host_alloc, free, host_free, deps, start_deps, coll)."""
-        return list(zip(self.dur, self.alloc, self.host_alloc, self.free, self.host_free,
-                        self.deps, self.start_deps, self.coll))
+        none = (0, 0, 0, 0)
+        return [(dur, *(memory or none), deps, start_deps, coll) for dur, memory, deps, start_deps,
+                coll in zip(self.dur, self.memory, self.deps, self.start_deps, self.coll)]
 
 
 class Prices:
@@ -138,8 +137,7 @@ def compile_plan(plan: Plan, cost: CostModel, prices: Prices | None = None) -> C
     changed = np.flatnonzero(alloc | host_alloc | free | host_free)
     list(map(memory.__setitem__, changed.tolist(), zip(*(column[changed].tolist() for column in (
         alloc, host_alloc, free, host_free)))))
-    return Compiled(plan, table.programs, dur.tolist(), alloc.tolist(), host_alloc.tolist(),
-                    free.tolist(), host_free.tolist(), memory, coll, static, host_static)
+    return Compiled(plan, table.programs, dur.tolist(), memory, coll, static, host_static)
 
 
 class _Pricer:

@@ -36,7 +36,7 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
         for k, p in enumerate(mine):
             device_position.setdefault(compiled.programs[p][0], (replica, k))
     classes: dict[tuple, list[list[int]]] = {}
-    columns = (compiled.dur, compiled.alloc, compiled.host_alloc, compiled.free, compiled.host_free)
+    dur, memory = compiled.dur, compiled.memory
     deps_of, starts_of, colls = compiled.deps, compiled.start_deps, compiled.coll
     for replica, mine in programs.items():
         signature = []
@@ -53,7 +53,7 @@ def replica_classes(plan: Plan, compiled) -> list[list[list[int]]] | None:
                     members = (len(coll[1]), tuple(sorted(
                         device_position[d][1] for d in coll[1]
                         if device_position.get(d, (None,))[0] == replica)))  # mirrors: absent
-                signature.append((*(column[i] for column in columns),
+                signature.append((dur[i], memory[i],
                                   tuple(position[d] for d in deps),
                                   tuple(position[d] for d in start_deps), members))
         classes.setdefault(tuple(signature), []).append(mine)
