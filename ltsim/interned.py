@@ -23,6 +23,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+def value_id(ids: dict, values: list, value: Any) -> int:
+    """The id of ``value``: its place in ``values`` (``ids``: value -> id), appended when new."""
+    found = ids.get(value)
+    if found is None:
+        found = ids[value] = len(values)
+        values.append(value)
+    return found
+
+
 class Works(Sequence):
     """The distinct works of a plan, by id, as fields: a chunk, its slices (-1: the chunk's own,
     else an id into ``slice_sets``) and a variant (an id into ``variants``: the layer range,
@@ -60,12 +69,7 @@ class Works(Sequence):
 
     def variant_id(self, layers: tuple[int, int], split: Split, embed: bool, head: bool,
                    tiling: Tiling) -> int:
-        key = (layers, split, embed, head, tiling)
-        found = self._variant_ids.get(key)
-        if found is None:
-            found = self._variant_ids[key] = len(self.variants)
-            self.variants.append(key)
-        return found
+        return value_id(self._variant_ids, self.variants, (layers, split, embed, head, tiling))
 
     def slices_id(self, chunk: int, slices: tuple[Slice, ...]) -> int:
         own = self.chunk_slices.get(chunk)
@@ -103,11 +107,7 @@ class Works(Sequence):
         n = len(chunk)
         refs = ref if isinstance(ref, list) else [ref] * n
         variants = variant if isinstance(variant, list) else [variant] * n
-        out = [0] * n
-        for (r, v), positions in _classes(list(zip(refs, variants))).items():
-            for i, found in zip(positions, self._add_class((r, v), [chunk[i] for i in positions])):
-                out[i] = found
-        return out
+        return _by_class(list(zip(refs, variants)), chunk, self._add_class)
 
     def _add_class(self, key: tuple[int, int], chunks: list[int]) -> list[int]:
         ref, variant = key
@@ -207,6 +207,17 @@ def _intern(ids: dict, keys: list, first: int, extend) -> list[int]:
     return found
 
 
+def _by_class(classes: list, items: Sequence, add_class: Callable[[Any, list], list[int]]
+              ) -> list[int]:
+    """The ids of ``items``, each added as ``add_class(its class, the items of that class)``
+    (``classes``: per item its class), in the items' order."""
+    out = [0] * len(items)
+    for cls, positions in _classes(classes).items():
+        for i, found in zip(positions, add_class(cls, [items[i] for i in positions])):
+            out[i] = found
+    return out
+
+
 def _classes(keys: list) -> dict:
     """Positions of ``keys`` by value, in order of first appearance."""
     if keys and keys.count(keys[0]) == len(keys):  # (count runs in C)
@@ -261,10 +272,7 @@ class Buffers(Sequence):
 
     def add(self, kind: str, work: int, keep: int, host: bool = False) -> int:
         """The id of a buffer of ``kind`` on work ``work`` (keep code ``keep``)."""
-        kind_id = self._kind_ids.get(kind)
-        if kind_id is None:
-            kind_id = self._kind_ids[kind] = len(self.kinds)
-            self.kinds.append(kind)
+        kind_id = value_id(self._kind_ids, self.kinds, kind)
         ids = self._ids.get((kind_id, keep, host))
         if ids is None:
             ids = self._ids[(kind_id, keep, host)] = {}
@@ -281,20 +289,12 @@ class Buffers(Sequence):
     def add_many(self, kind: str, work: list[int], keep: list[int] | int, host: bool = False
                  ) -> list[int]:
         """``add`` of a buffer of ``kind`` on each work (each keep code, or one for all)."""
-        kind_id = self._kind_ids.get(kind)
-        if kind_id is None:
-            kind_id = self._kind_ids[kind] = len(self.kinds)
-            self.kinds.append(kind)
+        kind_id = value_id(self._kind_ids, self.kinds, kind)
         if isinstance(keep, int):
             return self._add_class((kind_id, keep, host), work)
         if keep and keep.count(keep[0]) == len(keep):
             return self._add_class((kind_id, keep[0], host), work)
-        out = [0] * len(work)
-        for k, positions in _classes(keep).items():
-            for i, found in zip(positions, self._add_class((kind_id, k, host),
-                                                           [work[i] for i in positions])):
-                out[i] = found
-        return out
+        return _by_class([(kind_id, k, host) for k in keep], work, self._add_class)
 
     def _add_class(self, key: tuple[int, int, bool], works: list[int]) -> list[int]:
         kind, keep, host = key
@@ -342,12 +342,8 @@ class Comms(Sequence):
 
     def class_id(self, collective: str, tensor: str, group_size: int, steps: int,
                  pinned: bool) -> int:
-        key = (collective, tensor, group_size, steps, pinned)
-        found = self._class_ids.get(key)
-        if found is None:
-            found = self._class_ids[key] = len(self.classes)
-            self.classes.append(key)
-        return found
+        return value_id(self._class_ids, self.classes,
+                        (collective, tensor, group_size, steps, pinned))
 
     def add(self, collective: str, tensor: str, work: int, group_size: int = 1,
             gpus: tuple[int, int] = (0, 0), steps: int = 1, pinned: bool = False) -> int:

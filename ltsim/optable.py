@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ltsim.interned import KEEP_CODE, KEEP_OF, Buffers, Comms, Works, ints  # noqa: F401
+from ltsim.interned import KEEP_CODE, KEEP_OF, Buffers, Comms, Works, ints, value_id  # noqa: F401
 from ltsim.plan import STREAMS, Chunk, Op, OpKey, OpKind, Program, make_op
 
 KIND_OF: tuple[OpKind, ...] = tuple(OpKind)
@@ -248,16 +248,12 @@ class OpTable:
             for op in program.ops:
                 (kind, device, stage, chunk, name, stream, work, keep, part, comm, deps,
                  start_deps, op_allocs, op_frees, group, key) = op
-                name_id = name_ids.setdefault(name, len(names))
-                if name_id == len(names):
-                    names.append(name)
-                group_id = group_ids.setdefault(group, len(groups))
-                if group_id == len(groups):
-                    groups.append(group)
                 for column, value in zip(COLUMNS, (
-                        KIND_CODE[kind], device, stage, chunk, name_id, STREAM_CODE[stream],
+                        KIND_CODE[kind], device, stage, chunk, value_id(name_ids, names, name),
+                        STREAM_CODE[stream],
                         works.of(work) if work is not None else -1, KEEP_CODE[keep],
-                        PART_CODE[part], comms.of(comm) if comm is not None else -1, group_id)):
+                        PART_CODE[part], comms.of(comm) if comm is not None else -1,
+                        value_id(group_ids, groups, group))):
                     columns[column].append(value)
                 deps_in.append(deps)
                 start_in.append(start_deps)

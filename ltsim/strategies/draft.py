@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ltsim.interned import value_id
 from ltsim.optable import (COLUMN_INDEX, COLUMNS, KEEP_CODE, KIND_CODE, KIND_OF, Buffers, Comms,
                            OpTable, Works)
 from ltsim.plan import STREAMS, Keep, OpKey, Work
@@ -77,18 +78,10 @@ class Draft:
 
     # -- ids of values ------------------------------------------------------------------------
     def name_id(self, name: str) -> int:
-        found = self._name_ids.get(name)
-        if found is None:
-            found = self._name_ids[name] = len(self.names)
-            self.names.append(name)
-        return found
+        return value_id(self._name_ids, self.names, name)
 
     def group_id(self, group: tuple[int, ...]) -> int:
-        found = self._group_ids.get(group)
-        if found is None:
-            found = self._group_ids[group] = len(self.groups)
-            self.groups.append(group)
-        return found
+        return value_id(self._group_ids, self.groups, group)
 
     # -- writing ------------------------------------------------------------------------------
     def _reserve(self, count: int) -> None:
