@@ -177,12 +177,9 @@ def _resolve(draft: Draft, mems, action: Action, w: int, device: Device) -> tupl
     ``_held`` variant of the action's says."""
     works, buffers = draft.works, draft.buffers
     own, ref, variant = works.chunk[w], works.ref[w], works.variant[w]
-    derived, place = works.derived, (device.embed, device.head)
     out = []
     for mem in mems:
-        held = derived.get((variant, id(mem), place))
-        if held is None:
-            held = _held(works, variant, mem, device)
+        held = _held(works, variant, mem, device)
         if mem.chunk >= 0 and mem.chunk != action.chunk:  # another chunk's, with its own slices
             base = works.add(mem.chunk, -1, held[0])
         else:
