@@ -13,6 +13,7 @@ import numpy as np
 import ltsim.optable as optable
 from ltsim.optable import B, F
 from ltsim.plan import OpKind, Plan
+from ltsim.work import slice_columns
 
 # per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's
 # slices)
@@ -58,7 +59,7 @@ def check_mirrors(plan: Plan):
         replica_devices.setdefault(device.replica, set()).add(device.index)
     # per chunk (by position): its first slice's start, stop and sequence length, its slice count
     pieces = _pieces(plan)
-    counts = np.bincount(pieces["chunk"], minlength=len(chunks))
+    counts = pieces["count"]
     first = np.cumsum(counts) - counts
     clipped = np.minimum(first, max(len(pieces["seq"]) - 1, 0))
     count = len(lengths)
@@ -269,18 +270,7 @@ def _coverage_rows(plan: Plan):
 def _pieces(plan: Plan) -> dict[str, np.ndarray]:
     """Every slice of the plan's chunks: ``chunk`` (its chunk's position in ``plan.chunks``),
     ``seq``, ``start``, ``stop``, in order (made once per plan: the rules share it)."""
-    return plan.table.memo("pieces", plan.chunks, lambda: _slices(plan.chunks))
-
-
-def _slices(chunks) -> dict[str, np.ndarray]:
-    index = np.fromiter(map(_INDEX, chunks), np.int64, len(chunks))
-    replica = np.fromiter(map(_REPLICA, chunks), np.int64, len(chunks))
-    counts = np.fromiter(map(len, map(_SLICES, chunks)), np.int64, len(chunks))
-    total = int(counts.sum())
-    seq, start, stop = (np.fromiter(column, np.int64, total) for column in zip(
-        *chain.from_iterable(map(_SLICES, chunks)))) if total else (np.zeros(0, np.int64),) * 3
-    return {"chunk": np.repeat(np.arange(len(chunks)), counts), "seq": seq, "start": start,
-            "stop": stop, "index": index, "replica": replica}
+    return plan.table.memo("pieces", plan.chunks, lambda: slice_columns(plan.chunks))
 
 
 def _mirror_pairs(plan: Plan) -> np.ndarray:
@@ -290,7 +280,7 @@ def _mirror_pairs(plan: Plan) -> np.ndarray:
         2 * sum(len(m.chunks) for m in plan.mirrors)).reshape(-1, 2))
 
 
-_INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
+_INDEX = itemgetter(0)  # of a Chunk
 _START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 
 

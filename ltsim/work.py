@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from itertools import chain
+from operator import itemgetter
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
 
 
 class Keep(str, Enum):
@@ -85,6 +89,21 @@ def whole_sequences(seq_ids: list[int], lengths: tuple[int, ...], first: int,
             for index, s in enumerate(seq_ids, first)]
 
 
+def slice_columns(chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
+    """Every chunk's slices as int64 columns: per chunk its ``index``, ``replica`` and slice
+    ``count``; per slice, in order, its chunk's position in ``chunks`` (``chunk``), ``seq``,
+    ``start`` and ``stop``."""
+    n = len(chunks)
+    counts = np.fromiter(map(len, map(_SLICES, chunks)), np.int64, n)
+    total = int(counts.sum())
+    seq, start, stop = ((np.fromiter(column, np.int64, total) for column in zip(
+        *chain.from_iterable(map(_SLICES, chunks)))) if total else (np.zeros(0, np.int64),) * 3)
+    return {"index": np.fromiter(map(_INDEX, chunks), np.int64, n),
+            "replica": np.fromiter(map(_REPLICA, chunks), np.int64, n), "count": counts,
+            "chunk": np.repeat(np.arange(n), counts), "seq": seq, "start": start, "stop": stop}
+
+
+_INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
 _tuple_new = tuple.__new__
 
 

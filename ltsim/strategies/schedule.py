@@ -26,6 +26,7 @@ from ltsim.errors import ConfigError
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import (NO_TILING, Chunk, Device, Keep, Mirror, OpKey, OpKind, Slice, Split, Tiling,
                         Work, op_key)
+from ltsim.work import slice_columns
 
 _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 
@@ -169,7 +170,7 @@ def even_stage_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int]
     return tuple(out)
 
 
-_SLICES, _INDEX = attrgetter("slices"), attrgetter("index")  # of a Chunk
+_INDEX = attrgetter("index")  # of a Chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,13 +236,9 @@ class Layout:
         width = par.tp * par.cp
         # every replica's chunks at once: per chunk its slice count, per slice (seq - the
         # replica's first seq, start, stop, length); a replica's key is the bytes of its part
-        everything = list(chain.from_iterable(replicas))
-        counts = np.fromiter(map(len, map(_SLICES, everything)), np.int64, len(everything))
-        total = int(counts.sum())
-        seq, start, stop = ((np.fromiter(c, np.int64, total) for c in zip(
-            *chain.from_iterable(map(_SLICES, everything)))) if total
-            else (np.zeros(0, np.int64),) * 3)
-        pieces = np.stack([seq, start, stop,
+        columns = slice_columns(list(chain.from_iterable(replicas)))
+        counts, seq = columns["count"], columns["seq"]
+        pieces = np.stack([seq, columns["start"], columns["stop"],
                            np.fromiter(seq_lengths, np.int64, len(seq_lengths))[seq]])
         chunk_bounds = np.cumsum([0] + [len(chunks) for chunks in replicas]).tolist()
         slice_bounds = np.concatenate([[0], np.cumsum(counts)])[chunk_bounds].tolist()
