@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from heapq import merge
-from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -294,12 +293,17 @@ def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, i
                 or (np.diff(position[triggers]) < 0).any()
                 or (only is not None and int(host[0]) not in only)):
             continue
-        for trigger, j in zip(triggers.tolist(), rows):
-            followers = out[trigger]
-            if followers is None:
-                followers = out[trigger] = []
-            followers.append((q, j))
+        _ride_after(out, q, zip(triggers.tolist(), rows))
     return out
+
+
+def _ride_after(out: list, q: int, pairs) -> None:
+    """Program ``q``'s rows ride after their triggers: ``pairs`` of (trigger, row)."""
+    for trigger, j in pairs:
+        followers = out[trigger]
+        if followers is None:
+            followers = out[trigger] = []
+        followers.append((q, j))
 
 
 def _riders_rows(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:
@@ -333,11 +337,7 @@ def _riders_rows(compiled: Compiled, only: set[int] | None) -> list[list[tuple[i
             plan.append((trigger, j))
         else:
             if host != q and (only is None or host in only):
-                for trigger, j in plan:
-                    followers = out[trigger]
-                    if followers is None:
-                        followers = out[trigger] = []
-                    followers.append((q, j))
+                _ride_after(out, q, plan)
     return out
 
 
