@@ -352,14 +352,15 @@ class Comms(Sequence):
         key: int | tuple = ((work << _GPU_BITS | low) << _GPU_BITS | high
                             if 0 <= low < 1 << _GPU_BITS and 0 <= high < 1 << _GPU_BITS
                             else (work, gpus))
-
-        def extend(new: list) -> None:
+        ids = self._ids.setdefault(cls, {})
+        found = ids.get(key)
+        if found is None:
+            found = ids[key] = len(self.cls)
             self.cls.append(cls)
             self.work.append(work)
             self.gpus.append(gpus)
             self._objects.append(None)
-
-        return _intern(self._ids.setdefault(cls, {}), [key], len(self.cls), extend)[0]
+        return found
 
     def add_new(self, collective: str, tensor: str, work: np.ndarray, group_size: int,
                 low: np.ndarray, high: np.ndarray, steps: int = 1, pinned: bool = False

@@ -36,7 +36,7 @@ part) keeps its row, so what waited for the op waits for that part, as it did fo
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from typing import Callable
 
 import numpy as np
@@ -329,20 +329,24 @@ def _p2p_rows(draft: Draft, live: list[Device], peers: list[tuple]) -> Draft:
             peer = prev if kind == F else nxt
             if peer is not None:
                 waits.append((row, peer, SEND_F if kind == F else SEND_B, chunk))
-        comm = list(draft.rows(device.index, "comm"))
+        columns: tuple[list, ...] = ([], [], [], [], [])  # per send: kind, chunk, comm, group, deps
         for (kind, chunk), (_, row) in sorted(sends.items(), key=lambda item: item[1][0]):
             peer = nxt if kind == F else prev
             if peer is not None:
                 a, b = first_gpu[device.index], first_gpu[peer.index]
                 whole = works.with_layers(row_works[row], device.layers)
-                send = draft.add(SEND_F if kind == F else SEND_B, device.index, device.stage,
-                                 chunk, "", _COMM, comm=draft.comms.add(
-                                     "send_recv", _TENSOR[kind == B], whole, 2,
-                                     (a, b) if a < b else (b, a)),
-                                 deps=(row,), group=(peer.index,))
-                made[(device.index, SEND_F if kind == F else SEND_B, chunk)] = send
-                comm.append(send)
-        draft.programs[(device.index, "comm")] = comm
+                for column, value in zip(columns, (
+                        SEND_F if kind == F else SEND_B, chunk,
+                        draft.comms.add("send_recv", _TENSOR[kind == B], whole, 2,
+                                        (a, b) if a < b else (b, a)),
+                        draft.group_id((peer.index,)), (row,))):
+                    column.append(value)
+        send_kind, send_chunk, send_comm, group, producer = columns
+        rows = draft.extend(len(send_kind), kind=send_kind, device=device.index,
+                            stage=device.stage, chunk=send_chunk, stream=_COMM, comm=send_comm,
+                            group=group, deps=producer).tolist()
+        made.update(zip(zip(repeat(device.index), send_kind, send_chunk), rows))
+        draft.programs[(device.index, "comm")] = list(draft.rows(device.index, "comm")) + rows
     deps = draft.deps
     for row, peer, kind, chunk in waits:
         send = made.get((peer.index, kind, chunk))
