@@ -378,6 +378,8 @@ def layerwise_deferrals(table, sizes: np.ndarray) -> dict[int, tuple[int, int]]:
     buffers = table.buffers
     if "kv_grad" not in buffers.kinds:  # nothing to defer
         return {}
+    if len(table) < optable.SMALL:
+        return _layerwise_rows(table, sizes.tolist())
     kind, allocs = table.array("kind"), table.allocs
     rows = np.array([r for r in np.flatnonzero(kind == B).tolist() if allocs[r]], dtype=np.int64)
     if not len(rows):
@@ -417,6 +419,53 @@ def layerwise_deferrals(table, sizes: np.ndarray) -> dict[int, tuple[int, int]]:
             else:
                 out[row] = (d, 0)
                 out[after] = (0, d)
+    return out
+
+
+def _layerwise_rows(table, sizes: list[int]) -> dict[int, tuple[int, int]]:
+    """``layerwise_deferrals`` row by row (a small plan)."""
+    buffers, works = table.buffers, table.works
+    grad = buffers.kinds.index("kv_grad")
+    layerwise = {i for i, name in enumerate(buffers.kinds) if name in _LAYERWISE}
+    host, buffer_kind, buffer_work = buffers.host, buffers.kind, buffers.work
+
+    def layers(w: int) -> int:
+        low, high = works.layers(w)
+        return high - low
+
+    def grad_bytes(b: int) -> int:
+        return sizes[b] if not host[b] and buffer_kind[b] == grad else 0
+
+    def act_bytes(b: int) -> int:
+        return (sizes[b] if not host[b] and buffer_kind[b] in layerwise
+                and layers(buffer_work[b]) > 1 else 0)
+
+    following: dict[int, int] = {}  # the next op of each row's program
+    for _, _, rows in table.programs:
+        following.update(zip(rows, rows[1:]))
+    kind, part, work, chunk = table.kind, table.part, table.work, table.chunk
+    out: dict[int, tuple[int, int]] = {}
+    for row, allocs in enumerate(table.allocs):
+        if kind[row] != B or not allocs:
+            continue
+        w = work[row]
+        grads = sum(map(grad_bytes, allocs))
+        rest = following.get(row, -1) if part[row] == _ATTN else row  # split_cp's rest
+        if (w < 0 or part[row] == _DENSE or grads <= 0 or rest < 0
+                or (part[row] == _ATTN and not (kind[rest] == B and part[rest] == _DENSE
+                                                 and chunk[rest] == chunk[row]
+                                                 and work[rest] == w))):
+            continue
+        span = layers(w)
+        if span < 2:
+            continue
+        d = (span - 1) * min(grads, sum(map(act_bytes, table.frees[rest]))) // span
+        if d:
+            if rest == row:
+                out[row] = (d, d)
+            else:
+                out[row] = (d, 0)
+                out[rest] = (0, d)
     return out
 
 

@@ -161,3 +161,18 @@ def test_a_sequence_outside_the_batch_beside_mirrored_replicas_is_reported():
         slices=(chunk.slices[0]._replace(seq=9),)), *plan.chunks[3:]))
     rows, arrays = _both(lambda: _problem(bad))
     assert rows == arrays and "chunk 2 holds sequence 9, not in the batch" in rows
+
+
+@pytest.mark.parametrize("recompute, cp", [("selective", 1), ("selective", 2), ("full", 1)])
+def test_both_ways_defer_the_same_context_gradients(recompute, cp):
+    """The layer-by-layer deferral of context K/V gradients (sim/compile.layerwise_deferrals),
+    on ChunkFlow's dependent chunks of one 32K sequence, with and without a CP split."""
+    import numpy as np
+
+    from ltsim.sim.compile import layerwise_deferrals
+    from tests.unit.test_chunkflow import _last_backward_deferral
+
+    _, _, cost, plan = _last_backward_deferral(recompute, cp)
+    sizes = np.array([cost.buffer_bytes(b) for b in plan.table.buffers], dtype=np.int64)
+    rows, arrays = _both(lambda: layerwise_deferrals(plan.table, sizes))
+    assert rows == arrays and rows
