@@ -3,6 +3,7 @@ line's start-up: one warm-up point off the grid, then the 16 points in a loop, b
 round with the memos a sweep shares emptied first (as a new sweep finds them). Not a test.
 
     python validation/perf/sweep_points.py [CHECKOUT]   # CHECKOUT: time another worktree's ltsim
+    python validation/perf/sweep_points.py --large [CHECKOUT]   # bench_engine.py's 25 x 8 grid
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
+LARGE = "--large" in sys.argv[1:]
+_ARGS = [a for a in sys.argv[1:] if a != "--large"]
+ROOT = Path(_ARGS[0]).resolve() if _ARGS else Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ltsim.planner import evaluate_point, expand_grid  # noqa: E402
@@ -30,7 +33,10 @@ def _forget() -> None:
 
 def main() -> None:
     scenario = load_scenario(ROOT / "scenarios" / "quickstart.toml", [])
-    points = expand_grid(["strategy.chunk_size=2048,4096,8192,16384", "strategy.k=1,2,4,8"])
+    grid = (["strategy.chunk_size=" + ",".join(str(1024 * i) for i in range(1, 26)),
+             "strategy.k=1,2,3,4,5,6,7,8"] if LARGE
+            else ["strategy.chunk_size=2048,4096,8192,16384", "strategy.k=1,2,4,8"])
+    points = expand_grid(grid)
     evaluate_point(scenario.raw, scenario.source, {"strategy.chunk_size": 32768, "strategy.k": 3})
     best = float("inf")
     for _ in range(3):
@@ -39,7 +45,8 @@ def main() -> None:
         for point in points:
             evaluate_point(scenario.raw, scenario.source, point)
         best = min(best, time.perf_counter() - start)
-    print(f"{ROOT}: 16 quickstart points in one process, best of 3: {best * 1e3:.0f} ms")
+    print(f"{ROOT}: {len(points)} quickstart points in one process, best of 3: "
+          f"{best * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":
