@@ -206,16 +206,6 @@ class OpTable:
     def op(self, row: int) -> Op:
         return self.ops()[row]
 
-    def bare_op(self, row: int) -> Op:
-        """Row ``row``'s Op without its dependencies and memory effects (what a cost model reads
-        to price it), made anew."""
-        work, comm = self.work[row], self.comm[row]
-        return make_op(KIND_OF[self.kind[row]], self.device[row], self.stage[row], self.chunk[row],
-                       self.names[self.name[row]], STREAMS[self.stream[row]],
-                       self.works[work] if work >= 0 else None, KEEP_OF[self.keep[row]],
-                       PART_OF[self.part[row]], self.comms[comm] if comm >= 0 else None, (), (),
-                       (), (), self.groups[self.group[row]])
-
     def to_programs(self) -> tuple[Program, ...]:
         """The programs of Op tuples (made once)."""
         if self._programs is None:

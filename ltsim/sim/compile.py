@@ -13,7 +13,7 @@ from ltsim.costs import CostModel, duration_s
 from ltsim.errors import PlanError
 import ltsim.optable as optable
 from ltsim.optable import B, COLL, KEEP_OF, KIND_OF, OPT, PART_OF, ints
-from ltsim.plan import Comm, Op, OpKind, Plan
+from ltsim.plan import Comm, Keep, Op, OpKind, Plan, Work
 
 
 class Compiled:
@@ -181,11 +181,14 @@ class _Pricer:
     def compute(self, row: int) -> tuple[float, int, tuple]:
         """A compute op's seconds and working-set bytes, per (kind, cost shape, part, keep)."""
         table = self.table
-        pkey = (KIND_OF[table.kind[row]], self.shape(table.work[row]), PART_OF[table.part[row]],
-                KEEP_OF[table.keep[row]])
+        work = table.work[row]
+        pkey = kind, _, part, keep = (KIND_OF[table.kind[row]], self.shape(work),
+                                      PART_OF[table.part[row]], KEEP_OF[table.keep[row]])
         hit = self.prices.compute.get(pkey)
         if hit is None:
-            hit = self.prices.compute[pkey] = _compute_price(self.cost, table.bare_op(row))
+            (seconds, size), notes = self.cost.noted(_compute_price, self.cost, kind,
+                                                     table.works[work], part, keep)
+            hit = self.prices.compute[pkey] = (seconds, size, notes)
         return self._hit(hit)
 
     def comm(self, c: int) -> float:
@@ -222,8 +225,10 @@ class _Pricer:
         if hit is None:
             hit = self.prices.optimizer[device] = self.cost.noted(self.cost.optimizer_s, device)
         held = 0
-        if self.table.work[row] >= 0:
-            held, notes = self.cost.noted(_working_bytes, self.cost, self.table.bare_op(row))
+        work = self.table.work[row]
+        if work >= 0:
+            held, notes = self.cost.noted(_working_set, self.cost, OpKind.OPT,
+                                          self.table.works[work], PART_OF[self.table.part[row]])
             self.again.update(notes)
         return self._hit(hit)[0], held
 
@@ -482,12 +487,13 @@ _LAYERWISE = ("act", "ckpt")  # buffers of a backward's layers, released as it p
 _ATTN, _DENSE = PART_OF.index("attn"), PART_OF.index("dense")
 
 
-def _working_bytes(cost: CostModel, op: Op) -> int:
-    return cost.working_bytes(op.kind, op.work, part=op.part)
+def _compute_price(cost: CostModel, kind: OpKind, work: Work, part: str, keep: Keep
+                   ) -> tuple[float, int]:
+    """A compute op's seconds and working-set bytes (``duration_s`` of an op with a work, and
+    ``CostModel.working_bytes``), from what they read of the op."""
+    return (cost.compute_s(kind, work, part=part, keep=keep),
+            _working_set(cost, kind, work, part))
 
 
-def _compute_price(cost: CostModel, op: Op) -> tuple[float, int, tuple]:
-    """A compute op's seconds and working-set bytes, with the notes computing them made."""
-    seconds, timing = cost.noted(duration_s, cost, op)
-    size, sizing = cost.noted(_working_bytes, cost, op)
-    return seconds, size, timing + sizing
+def _working_set(cost: CostModel, kind: OpKind, work: Work, part: str) -> int:
+    return cost.working_bytes(kind, work, part=part)
