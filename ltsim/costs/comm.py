@@ -58,6 +58,9 @@ class CommCosts:
         work = comm.work
         if comm.collective in ("d2h", "h2d"):
             return comm.collective, comm.tensor, work.cost_shape(), comm.steps, comm.pinned
+        if comm.tensor in ("act", "act_grad"):  # the same bytes either way, from tokens alone
+            return (comm.collective, "act", work.num_tokens, work.split, comm.group_size,
+                    comm.steps, self.scope(comm))
         return (comm.collective, comm.tensor, work.num_tokens, work.num_layers, work.split,
                 work.embed, work.head, comm.group_size, comm.steps, self.scope(comm))
 

@@ -200,6 +200,16 @@ def test_comms_with_equal_keys_take_equal_time_and_the_key_tells_nodes_apart():
     assert cost.comm_s(sends[0]) == cost.comm_s(sends[1])
     assert cost.comm_key(sends[2]) != cost.comm_key(sends[0])  # GPUs 4 and 8: two nodes
     assert cost.comm_s(sends[2]) > cost.comm_s(sends[0])
+    # an activation and a gradient of the same tokens are the same bytes, whatever the layers
+    # (so one price serves the sends of every stage boundary); other tokens are not
+    last = _work(4096, split, layers=(21, 28), head=True)
+    grads = [Comm("send_recv", "act_grad", w, group_size=2, gpus=(2, 6)) for w in (last, work)]
+    for grad in grads:
+        assert cost.comm_key(grad) == cost.comm_key(sends[0])
+        assert cost.comm_s(grad) == cost.comm_s(sends[0])
+    longer = Comm("send_recv", "act", _work(4097, split), group_size=2, gpus=(0, 4))
+    assert cost.comm_key(longer) != cost.comm_key(sends[0])
+    assert cost.comm_s(longer) > cost.comm_s(sends[0])
 
 
 def test_the_ring_exchange_moves_the_kv_heads_a_rank_holds():
