@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BELOW, INSIDE, ABOVE = -1, 0, 1
@@ -74,6 +75,22 @@ def _plateau_knots(x: list[float], log_y: list[float], quantum: int
             kx.append(right)
             ky.append(log_y[i])
     return kx, ky
+
+
+def interp_at(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
+    """``float(np.interp(x, xp, fp))`` for one point (``xp`` increasing, no NaN), bit for bit:
+    numpy's own formula, slope * (x - xp[j]) + fp[j], without a numpy call (microseconds
+    each, and the cost models ask thousands of these per plan)."""
+    if x <= xp[0]:
+        return fp[0]
+    if x >= xp[-1]:
+        return fp[-1]
+    j = bisect_right(xp, x) - 1
+    x0 = xp[j]
+    if x0 == x:
+        return fp[j]
+    y0 = fp[j]
+    return (fp[j + 1] - y0) / (xp[j + 1] - x0) * (x - x0) + y0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,7 +262,7 @@ class GemmLookup:
     FLOPs (constant throughput), never down.
     """
 
-    __slots__ = ("_shapes", "_weights", "_ranges", "best_flops_per_s")
+    __slots__ = ("_shapes", "_weights", "_ranges", "best_flops_per_s", "dtypes")
 
     def __init__(self, rows: list[tuple[str, int, int, int, float]], *, quantum: int = 0) -> None:
         points: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
@@ -266,10 +283,7 @@ class GemmLookup:
         self._ranges = {d: [(min(key[i] for key in points if key[0] == d),
                              max(key[i] for key in points if key[0] == d)) for i in (1, 2)]
                         for d in self._shapes}
-
-    @property
-    def dtypes(self) -> tuple[str, ...]:
-        return tuple(sorted(self._shapes))
+        self.dtypes: tuple[str, ...] = tuple(sorted(self._shapes))
 
     def _blend(self, dtype: str, ln: float, lk: float) -> list[tuple[float, float, MonotoneCurve]]:
         key = (dtype, ln, lk)

@@ -48,6 +48,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
+from ltsim.lookup import interp_at
 from ltsim.profiles import Profile, read_optional_rows
 from ltsim.units import dtype_bytes
 
@@ -136,7 +137,7 @@ class ComputeCosts:
             grid = [(size, self._measured_residual_s(kind, one, two, layers, lambda n: Work(
                 chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
                 embed=stage == "first", head=stage == "last"))) for size, one, two in points]
-            value = float(np.interp(tokens, [g[0] for g in grid], [g[1] for g in grid]))
+            value = interp_at(tokens, [g[0] for g in grid], [g[1] for g in grid])
         return value
 
     def _context_residual_s(self, kind: OpKind, tokens: int, context: int, layers: int,
@@ -160,9 +161,9 @@ class ComputeCosts:
                     chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split))
                 by_context.setdefault(c, []).append((q, residual - plain))
             contexts = sorted(by_context)
-            at = [float(np.interp(tokens, [q for q, _ in sorted(by_context[c])],
-                                  [r for _, r in sorted(by_context[c])])) for c in contexts]
-            value = float(np.interp(context, [0, *contexts], [0.0, *at]))
+            at = [interp_at(tokens, [q for q, _ in sorted(by_context[c])],
+                            [r for _, r in sorted(by_context[c])]) for c in contexts]
+            value = interp_at(context, [0, *contexts], [0.0, *at])
         return value
 
     def _measured_residual_s(self, kind: OpKind, one: float, two: float, layers: int,
@@ -347,7 +348,7 @@ def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
         # are noisy) is lifted to the running maximum, as lookup.py's curves do for GEMMs
         # (statistics.median: numpy's imports numpy.ma on first use, 17 ms of every start-up)
         times = np.maximum.accumulate([float(statistics.median(by_tokens[t])) for t in tokens])
-        curves[key] = (np.log(np.asarray(tokens, dtype=float)), np.log(times))
+        curves[key] = (np.log(np.asarray(tokens, dtype=float)).tolist(), np.log(times).tolist())
     return curves
 
 
@@ -357,4 +358,4 @@ def _interp(curve: tuple, tokens: int) -> float:
     x = math.log(max(tokens, 1))
     if x > log_tokens[-1]:
         return math.exp(log_times[-1] + x - log_tokens[-1])
-    return math.exp(float(np.interp(x, log_tokens, log_times)))
+    return math.exp(interp_at(x, log_tokens, log_times))
