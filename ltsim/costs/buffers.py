@@ -13,12 +13,13 @@ from functools import lru_cache
 import ltsim.memory as mem
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
-from ltsim.plan import NO_TILING, Buffer, Device, Keep, Split, Tiling
+from ltsim.plan import NO_TILING, Buffer, Device, Keep, OpKind, Split, Tiling
 from ltsim.units import dtype_bytes
 
 _RECOMPUTE = {Keep.ALL: "none", Keep.SELECTIVE: "selective", Keep.INPUT: "full"}
 
 
+@lru_cache(maxsize=256)  # frozen, and asked for every op's working set
 def as_parallel(split: Split) -> ParallelConfig:
     """The degrees memory.py reads (tp, cp, cp_kind, sequence parallelism) of one split."""
     return ParallelConfig(tp=split.tp, cp=split.cp, cp_kind=split.cp_kind, sequence_parallel=split.sp)
@@ -93,9 +94,9 @@ class BufferCosts:
         run one at a time, so one shard whatever their number); in backward, one layer's
         gradients (memory.backward_working_bytes_per_token) beside that shard. The larger of the
         layers' and the head's: the head's loss is done before the layers' backward starts."""
-        if kind.value not in ("F", "B", "R"):
+        if kind is not OpKind.F and kind is not OpKind.B and kind is not OpKind.R:
             return 0
-        backward = kind.value == "B"
+        backward = kind is OpKind.B
         par, tiling, tokens = as_parallel(work.split), work.tiling, work.num_tokens
         mlp = loss = 0.0
         if tiling.mlp and work.num_layers:
