@@ -273,6 +273,12 @@ def _pieces(plan: Plan) -> dict[str, np.ndarray]:
     return plan.table.memo("pieces", plan.chunks, lambda: slice_columns(plan.chunks))
 
 
+def known_pieces(plan: Plan, columns: dict[str, np.ndarray]) -> None:
+    """Give the rules ``columns``, work.slice_columns(plan.chunks) as a strategy already made
+    them (Schedule.columns), instead of making them again."""
+    plan.table.memo("pieces", plan.chunks, lambda: columns)
+
+
 def _mirror_pairs(plan: Plan) -> np.ndarray:
     """Every mirror's (source chunk, copy chunk) pairs, one row each, mirror after mirror."""
     return plan.table.memo("mirror pairs", plan.mirrors, lambda: np.fromiter(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any, NamedTuple, Sequence
 
@@ -84,9 +84,10 @@ def whole_sequences(seq_ids: list[int], lengths: tuple[int, ...], first: int,
     """A chunk per sequence of ``seq_ids``, whole, numbered from ``first``: ``make_chunk(index,
     (make_slice(s, 0, lengths[s]),), replica)`` written out (two calls fewer a sequence: a
     1024-GPU batch has thousands)."""
-    new = _tuple_new
-    return [new(Chunk, (index, (new(Slice, (s, 0, lengths[s])),), replica))
-            for index, s in enumerate(seq_ids, first)]
+    new = _tuple_new  # mapped, so that no Python frame runs per chunk
+    slices = map(new, repeat(Slice), zip(seq_ids, repeat(0), map(lengths.__getitem__, seq_ids)))
+    return list(map(new, repeat(Chunk), zip(range(first, first + len(seq_ids)), zip(slices),
+                                            repeat(replica))))
 
 
 def slice_columns(chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:

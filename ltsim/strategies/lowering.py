@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from ltsim.chunk_check import known_pieces
 import ltsim.optable as optable
 from ltsim.optable import (B, COLL, F, KEEP_CODE, KIND_CODE, KIND_OF, PART_CODE, R,
                            SEND_B, SEND_F, STREAM_CODE, Works, ints)
@@ -535,6 +536,8 @@ def lower(schedule: Schedule, layout: Layout, passes: tuple[Pass, ...] = DEFAULT
                 seq_lengths=schedule.seq_lengths, chunks=schedule.chunks, table=draft.table(),
                 devices=schedule.devices, grad_chunks=schedule.grad_chunks,
                 grad_scales=schedule.grad_scales, mirrors=schedule.mirrors)
+    if schedule.columns is not None:
+        known_pieces(plan, schedule.columns)
     # The cycle search is left to the engine (a cycle deadlocks the replay, which reports it with
     # the grid); the conformance suite runs the full validate() on every registered strategy.
     return plan.validate(check_cycles=False)

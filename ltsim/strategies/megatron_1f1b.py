@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Plan
-from ltsim.work import make_chunk, make_slice, whole_sequences
+from ltsim.work import make_chunk, make_slice, slice_columns, whole_sequences
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b
@@ -69,7 +69,9 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
                                                   len(chunks))]
         chunks += mine
         replicas.append(mine)
-    mirrors = layout.mirrors(replicas, batch)  # replicas that repeat another are not planned
+    every = tuple(chunks)
+    columns = slice_columns(every) if len(replicas) > 1 else None  # (the checks read them too)
+    mirrors = layout.mirrors(replicas, batch, columns)  # replicas that repeat another: not planned
     mirrored = {m.replica for m in mirrors}
     orders = {}
     for replica, mine in enumerate(replicas):
@@ -78,5 +80,5 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
             for stage in range(ctx.parallel.pp):
                 orders[layout.device(replica, stage)] = one_f_one_b(ids, stage, ctx.parallel.pp, keep)
     return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
-                          chunks=tuple(chunks), devices=layout.devices(), orders=orders,
-                          mirrors=mirrors), layout)
+                          chunks=every, devices=layout.devices(), orders=orders,
+                          mirrors=mirrors, columns=columns), layout)

@@ -14,7 +14,7 @@ reduction, host offload, the optimizer step). The types here are that contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from functools import lru_cache
 from operator import attrgetter
@@ -145,6 +145,9 @@ class Schedule:
     grad_chunks: frozenset[int] | None = None
     grad_scales: tuple[tuple[int, float, float], ...] = ()  # see Plan
     mirrors: tuple[Mirror, ...] = ()  # see Plan: their devices have no orders
+    # work.slice_columns(chunks), where the strategy made them (Layout.mirrors): the plan's
+    # checks read them too
+    columns: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     @property
     def live_devices(self) -> tuple[Device, ...]:
@@ -223,11 +226,13 @@ class Layout:
     def rank_device(self, replica: int, stage: int, rank: int) -> int:
         return (replica * self.parallel.pp + stage) * self.parallel.cp + rank
 
-    def mirrors(self, replicas: list[list[Chunk]], seq_lengths: tuple[int, ...]) -> tuple[Mirror, ...]:
+    def mirrors(self, replicas: list[list[Chunk]], seq_lengths: tuple[int, ...],
+                columns: dict[str, np.ndarray] | None = None) -> tuple[Mirror, ...]:
         """The replicas (``replicas[r]``: replica r's chunks, in order) whose chunks have the token
         layout of an earlier replica's, in the same order, over sequence ids shifted by a constant
         (a contiguous share of the batch): a strategy whose orders depend on nothing else plans
-        the first only (ltsim/mirrors.py)."""
+        the first only (ltsim/mirrors.py). ``columns``: work.slice_columns of the replicas'
+        chunks one after another, if already made."""
         if len(replicas) < 2:
             return ()
         sources: dict[tuple, int] = {}
@@ -236,7 +241,8 @@ class Layout:
         width = par.tp * par.cp
         # every replica's chunks at once: per chunk its slice count, per slice (seq - the
         # replica's first seq, start, stop, length); a replica's key is the bytes of its part
-        columns = slice_columns(list(chain.from_iterable(replicas)))
+        if columns is None:
+            columns = slice_columns(list(chain.from_iterable(replicas)))
         counts, seq = columns["count"], columns["seq"]
         pieces = np.stack([seq, columns["start"], columns["stop"],
                            np.fromiter(seq_lengths, np.int64, len(seq_lengths))[seq]])

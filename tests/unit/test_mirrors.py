@@ -43,7 +43,7 @@ def _both(monkeypatch, name, options, lengths, ctx):
     strategy = REGISTRY[name]
     compact = strategy.plan(tuple(lengths), ctx, strategy.parse(options))
     with monkeypatch.context() as patch:
-        patch.setattr(Layout, "mirrors", lambda self, replicas, seq_lengths: ())
+        patch.setattr(Layout, "mirrors", lambda self, replicas, seq_lengths, columns=None: ())
         full = strategy.plan(tuple(lengths), ctx, strategy.parse(options))
     return compact, full
 
@@ -152,3 +152,25 @@ def test_replicas_without_sequences_mirror_each_other(monkeypatch, name, options
     assert compact.expand() == full
     engine = Engine(ctx.cost)
     assert expand_trace(engine.run(compact), compact).events == engine.run(full).events
+
+
+def test_the_slice_columns_a_strategy_hands_the_checks_are_its_chunks():
+    """Megatron makes its chunks' slice columns once, for Layout.mirrors and the plan's checks
+    (Schedule.columns): they must be the columns of the plan's own chunks, and a plan that
+    breaks a rule the checks read them for is still refused."""
+    import numpy as np
+
+    from ltsim.chunk_check import _pieces
+    from ltsim.work import slice_columns
+
+    ctx = _ctx(2, 3, 1, "selective")
+    strategy = REGISTRY["megatron-1f1b"]
+    plan = strategy.plan(BASE * 3, ctx, strategy.parse({}))
+    assert plan.mirrors
+    handed, made = _pieces(plan), slice_columns(plan.chunks)
+    assert handed.keys() == made.keys()
+    for name in made:
+        assert np.array_equal(handed[name], made[name]), name
+    broken = replace(plan, seq_lengths=(*plan.seq_lengths[:-1], plan.seq_lengths[-1] + 1))
+    with pytest.raises(PlanError, match="token layout"):
+        broken.validate()
