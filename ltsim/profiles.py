@@ -325,14 +325,12 @@ class Profile:
         gemm_bwd.csv; None when the profile has no such table (or no rows of the dtype)."""
         if self._gemm_bwd is None or min(m, n, k) <= 0:
             return None
-        parts = self._gemm_bwd.values()
-        use = _stand_in(dtype, self._gemm_bwd["dgrad"].dtypes)
-        if any(use not in part.dtypes for part in parts):
+        dgrad, wgrad = self._gemm_bwd["dgrad"], self._gemm_bwd["wgrad"]
+        use = _stand_in(dtype, dgrad.dtypes)
+        if use not in dgrad.dtypes or use not in wgrad.dtypes:
             return None
-        return tuple(self._cached(("gemm_bwd", part, m, n, k, use),  # type: ignore[return-value]
-                                  lambda notes, part=part: self._gemm_bwd[part].time_s(
-                                      m, n, k, use, notes))
-                     for part in ("dgrad", "wgrad"))
+        return self._cached(("gemm_bwd", m, n, k, use), lambda notes: (  # type: ignore[return-value]
+            dgrad.time_s(m, n, k, use, notes), wgrad.time_s(m, n, k, use, notes)))
 
     def attention_time_s(self, q_tokens: int, kv_tokens: int, *, num_heads: int, num_kv_heads: int,
                          head_dim: int, causal: bool = True, pass_: str = "fwd") -> float:
