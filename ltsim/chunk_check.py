@@ -13,6 +13,7 @@ import numpy as np
 import ltsim.optable as optable
 from ltsim.optable import B, F
 from ltsim.plan import OpKind, Plan
+from ltsim.interned import sorted_unique
 from ltsim.work import slice_columns
 
 # per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's
@@ -138,7 +139,7 @@ def check_coverage(plan: Plan):
     stages = plan.num_stages  # a property over devices: once
     pieces = _pieces(plan)
     chunk_ids = pieces["index"]
-    known = np.unique(chunk_ids)  # the plan's chunk indices, sorted: a chunk's bin is its place
+    known = sorted_unique(chunk_ids)  # the plan's chunk indices, sorted: a chunk's bin is its place
     size = len(known)
     compute = [rows for _, stream, rows in table.programs if stream == "compute"]
     rows = np.fromiter(chain.from_iterable(compute), np.int64, sum(map(len, compute)))

@@ -158,7 +158,7 @@ class Works(Sequence):
         ``shapes()``)."""
         layouts: dict[tuple, int] = {}
         chunk, ref = ints(self.chunk), ints(self.ref)
-        used = np.unique(chunk[ref < 0])  # chunks whose own slices some work covers, by place
+        used = sorted_unique(chunk[ref < 0])  # chunks whose own slices some work covers, by place
         size = max(len(used), 1)
         chunk_layout, chunk_tokens = np.zeros(size, np.int64), np.zeros(size, np.int64)
         for at, c in enumerate(used.tolist()):
@@ -232,6 +232,16 @@ def ints(values: Sequence[int]) -> np.ndarray:
     """A sequence of ints as an int64 numpy array (``np.fromiter``: twice ``np.array``'s speed
     on a list)."""
     return np.fromiter(values, np.int64, len(values))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-d array without NaN, by sorting: numpy's own asks
+    ``np.ma.is_masked`` first, which imports numpy.ma (about 18 ms) in every process that calls
+    it (each sweep worker)."""
+    out = np.sort(values)
+    if len(out) > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
 
 
 def _layout(slices: tuple[Slice, ...]) -> tuple[tuple[int, int], ...]:
