@@ -126,7 +126,9 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
     # numpy over the ids of a long program; a short one in Python (a numpy call costs
     # microseconds whatever its size)
     ids_ = np.array(ids, dtype=np.int64) if n >= optable.SMALL else None
-    for m, count in Counter(ids).items():  # (Counter counts in C)
+    counts = Counter(ids)  # (Counter counts in C)
+    resolved = counts[id(())]  # actions whose effects are in ``out``
+    for m, count in counts.items():
         if count < 8 or m in done:
             continue
         positions = (np.flatnonzero(ids_ == m).tolist() if ids_ is not None
@@ -138,6 +140,9 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
                                   [keep[i] for i in positions]) for mem in mems))
             list(map(out.__setitem__, positions, tuples))
             done.add(m)
+            resolved += count
+    if resolved == n:  # (1F1B's: the forwards share one tuple, the backwards another)
+        return out
     alone: dict = {}
     if len(done) == 1:
         rest = range(n)

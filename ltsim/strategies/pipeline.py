@@ -81,7 +81,7 @@ def _steady(fwd: list[list[Action]], bwd: list[list[Action]], cap: int) -> list[
     the first min(cap, m) forwards, then one backward one forward, then the remaining
     backwards. None otherwise."""
     m = len(fwd)
-    if len(bwd) != m or any(map(_not_one, fwd)) or any(map(_not_one, bwd)):
+    if len(bwd) != m or not {*map(len, fwd), *map(len, bwd)} <= _ONE:
         return None
     forwards = [item[0] for item in fwd]
     backwards = [item[0] for item in bwd]
@@ -91,8 +91,5 @@ def _steady(fwd: list[list[Action]], bwd: list[list[Action]], cap: int) -> list[
     return forwards[:k] + list(chain.from_iterable(zip(backwards, forwards[k:]))) + backwards[m - k:]
 
 
-def _not_one(item: list) -> bool:
-    return len(item) != 1
-
-
+_ONE = {1}  # the lengths of items of one action each
 _CHUNK = attrgetter("chunk")
