@@ -10,10 +10,10 @@ from operator import itemgetter
 
 import numpy as np
 
+from ltsim.interned import sorted_unique
 import ltsim.optable as optable
 from ltsim.optable import B, F
 from ltsim.plan import OpKind, Plan
-from ltsim.interned import sorted_unique
 from ltsim.work import slice_columns
 
 # per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's

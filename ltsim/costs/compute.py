@@ -45,10 +45,10 @@ import numpy as np
 import ltsim.memory as mem
 from ltsim.costs.eager import eager_costs
 from ltsim.hardware import ClusterSpec
+from ltsim.lookup import interp_at
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
-from ltsim.lookup import interp_at
 from ltsim.profiles import Profile, read_optional_rows
 from ltsim.units import dtype_bytes
 
