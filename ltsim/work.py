@@ -82,9 +82,9 @@ def make_slice(seq: int, start: int, stop: int) -> Slice:
 def whole_sequences(seq_ids: list[int], lengths: tuple[int, ...], first: int,
                     replica: int) -> list[Chunk]:
     """A chunk per sequence of ``seq_ids``, whole, numbered from ``first``: ``make_chunk(index,
-    (make_slice(s, 0, lengths[s]),), replica)`` written out (two calls fewer a sequence: a
-    1024-GPU batch has thousands)."""
-    new = _tuple_new  # mapped, so that no Python frame runs per chunk
+    (make_slice(s, 0, lengths[s]),), replica)`` of each, with ``tuple.__new__`` mapped so that
+    no Python frame runs per chunk (a 1024-GPU batch has thousands)."""
+    new = _tuple_new
     slices = map(new, repeat(Slice), zip(seq_ids, repeat(0), map(lengths.__getitem__, seq_ids)))
     return list(map(new, repeat(Chunk), zip(range(first, first + len(seq_ids)), zip(slices),
                                             repeat(replica))))

@@ -419,11 +419,7 @@ def layerwise_deferrals(table, sizes: np.ndarray) -> dict[int, tuple[int, int]]:
     out: dict[int, tuple[int, int]] = {}
     for row, after, d in zip(rows.tolist(), rest.tolist(), deferred.tolist()):
         if d:
-            if after == row:
-                out[row] = (d, d)
-            else:
-                out[row] = (d, 0)
-                out[after] = (0, d)
+            _defer(out, row, after, d)
     return out
 
 
@@ -466,12 +462,19 @@ def _layerwise_rows(table, sizes: list[int]) -> dict[int, tuple[int, int]]:
             continue
         d = (span - 1) * min(grads, sum(map(act_bytes, table.frees[rest]))) // span
         if d:
-            if rest == row:
-                out[row] = (d, d)
-            else:
-                out[row] = (d, 0)
-                out[rest] = (0, d)
+            _defer(out, row, rest, d)
     return out
+
+
+def _defer(out: dict[int, tuple[int, int]], row: int, rest: int, d: int) -> None:
+    """``d`` bytes charged at the end of ``rest`` instead of the start of ``row`` (the same op,
+    or split_cp's attention part and the rest after it): (allocation deferred, release
+    deferred) per row."""
+    if rest == row:
+        out[row] = (d, d)
+    else:
+        out[row] = (d, 0)
+        out[rest] = (0, d)
 
 
 def _summed(effects: list[tuple[int, ...]], rows: np.ndarray, bytes_of: np.ndarray) -> np.ndarray:
