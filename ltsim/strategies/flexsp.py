@@ -248,11 +248,16 @@ def solve_groups(lengths: list[int], num_gpus: int, degrees: list[int], capacity
     used = [model.addVar(f"m{p}", vtype="B") for p in range(len(slots))]
     take = {(k, p): model.addVar(f"a{k}_{p}", vtype="I", lb=0, ub=len(runs[k]))
             for k in range(len(runs)) for p in range(len(slots)) if slots[p] >= need_k[k]}
+    of_run: list[list] = [[] for _ in runs]  # each run's variables, and each slot's (k, var):
+    of_slot: list[list] = [[] for _ in slots]  # built once (a scan per row grows as K x P^2)
+    for (k, p), v in take.items():
+        of_run[k].append(v)
+        of_slot[p].append((k, v))
     for k, run in enumerate(runs):
-        model.addCons(quicksum(v for (kk, _), v in take.items() if kk == k) == len(run))
+        model.addCons(quicksum(of_run[k]) == len(run))
     loads = []
     for p, sp in enumerate(slots):
-        mine = [(k, v) for (k, pp), v in take.items() if pp == p]
+        mine = of_slot[p]
         load = (quicksum(costs.marginal_s(bound[k], sp) / scale * v for k, v in mine)
                 + costs.fixed_s(sp) / scale * used[p])
         loads.append(load)
