@@ -79,6 +79,9 @@ class ComputeCosts:
         self.head_s = profile.memo(self._head_s, 4096)
         self._residual_s = profile.memo(self._residual_s, 4096)
         self._context_residual_s = profile.memo(self._context_residual_s, 4096)
+        # the residuals at the measured points, read by every token count (and context) asked
+        self._residual_grid = profile.memo(self._residual_grid, 1024)
+        self._context_grid = profile.memo(self._context_grid, 1024)
 
     def time_s(self, kind: OpKind, work: Work, part: str, keep: Keep = Keep.ALL) -> float:
         """Kernel time of the op, and at least the profile's eager floor (eager.py) for the op
@@ -131,14 +134,20 @@ class ComputeCosts:
         this model). ``stage`` "first" or "last": the rows of a stage with the embedding, or with
         the head and loss, against the same work with them (``time_s`` adds their difference
         from the middle's to an op that has them)."""
+        grid = self._residual_grid(kind, layers, keep, split, stage)
+        return interp_at(tokens, *grid) if grid is not None else None
+
+    def _residual_grid(self, kind: OpKind, layers: int, keep: Keep, split: Split, stage: str
+                       ) -> tuple[list[int], list[float]] | None:
+        """``_residual_s``'s points: the token counts of the whole-op rows and the residual at
+        each (None without rows)."""
         points = self._floor.whole_points(kind, keep, stage)
-        value = None
-        if points:
-            grid = [(size, self._measured_residual_s(kind, one, two, layers, lambda n: Work(
-                chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
-                embed=stage == "first", head=stage == "last"))) for size, one, two in points]
-            value = interp_at(tokens, [g[0] for g in grid], [g[1] for g in grid])
-        return value
+        if not points:
+            return None
+        grid = [(size, self._measured_residual_s(kind, one, two, layers, lambda n: Work(
+            chunk=0, slices=(Slice(0, 0, size),), layers=(1, 1 + n), split=split,
+            embed=stage == "first", head=stage == "last"))) for size, one, two in points]
+        return [g[0] for g in grid], [g[1] for g in grid]
 
     def _context_residual_s(self, kind: OpKind, tokens: int, context: int, layers: int,
                             keep: Keep, split: Split) -> float:
@@ -149,22 +158,31 @@ class ComputeCosts:
         the same query tokens; linear in the layers, then in query tokens at each measured
         context, then in context tokens from 0 (nothing added) through the measured
         ones, held beyond both ranges. 0 without such rows."""
+        grid = self._context_grid(kind, layers, keep, split)
+        if grid is None:
+            return 0.0
+        contexts, curves = grid
+        at = [interp_at(tokens, qs, rs) for qs, rs in curves]
+        return interp_at(context, [0, *contexts], [0.0, *at])
+
+    def _context_grid(self, kind: OpKind, layers: int, keep: Keep, split: Split
+                      ) -> tuple[list[int], list[tuple[list[int], list[float]]]] | None:
+        """``_context_residual_s``'s points: the measured contexts, and at each its query token
+        counts and what the rows' residual adds there (None without rows with context)."""
         points = self._floor.context_points(kind, keep)
-        value = 0.0
-        if points:
-            by_context: dict[int, list[tuple[int, float]]] = {}
-            for q, c, one, two in points:
-                # against the plain residual of the op the rows time: F's for F_discard too
-                plain = self._residual_s(kind, q, layers, Keep.ALL if kind is OpKind.F else keep,
-                                         split) or 0.0
-                residual = self._measured_residual_s(kind, one, two, layers, lambda n: Work(
-                    chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split))
-                by_context.setdefault(c, []).append((q, residual - plain))
-            contexts = sorted(by_context)
-            at = [interp_at(tokens, [q for q, _ in sorted(by_context[c])],
-                            [r for _, r in sorted(by_context[c])]) for c in contexts]
-            value = interp_at(context, [0, *contexts], [0.0, *at])
-        return value
+        if not points:
+            return None
+        by_context: dict[int, list[tuple[int, float]]] = {}
+        for q, c, one, two in points:
+            # against the plain residual of the op the rows time: F's for F_discard too
+            plain = self._residual_s(kind, q, layers, Keep.ALL if kind is OpKind.F else keep,
+                                     split) or 0.0
+            residual = self._measured_residual_s(kind, one, two, layers, lambda n: Work(
+                chunk=0, slices=(Slice(0, c, c + q),), layers=(1, 1 + n), split=split))
+            by_context.setdefault(c, []).append((q, residual - plain))
+        contexts = sorted(by_context)
+        curves = [sorted(by_context[c]) for c in contexts]
+        return contexts, [([q for q, _ in curve], [r for _, r in curve]) for curve in curves]
 
     def _measured_residual_s(self, kind: OpKind, one: float, two: float, layers: int,
                              work_of: Callable[[int], Work]) -> float:
