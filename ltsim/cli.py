@@ -21,7 +21,8 @@ from typing import Any
 
 from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, STDOUT, build_parser
 from ltsim.cli_paths import check_distinct, check_folder, check_output, written
-from ltsim.cli_progress import batch_progress, count_progress, maxlen_progress, progress_bar
+from ltsim.cli_progress import (batch_progress, count_progress, heartbeat, maxlen_progress,
+                                progress_bar)
 from ltsim.cli_strategies import (load_base, one_run_each, parse_strategy_list,
                                   strategy_scenarios)
 from ltsim.errors import ConfigError, LtsimError, PlanError
@@ -49,12 +50,14 @@ def main(argv: list[str] | None = None) -> int:
                "send it to a file or to /dev/null")
         return EXIT_BAD_INPUT
     try:
-        code = COMMANDS[args.command](args)
+        with heartbeat(args.command):  # a line when a long batch says nothing for a while
+            code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a full disk shows here, not as Python's complaint at exit
         return code
     except LtsimError as exc:
         # a bad input's message is one line, whatever a path in it holds; a PlanError (a
         # strategy's bug) keeps the grid it draws
+        exc = _named_by_scenario(exc, args)
         text = str(exc) if isinstance(exc, PlanError) else _one_line(str(exc))
         _error(f"ltsim {args.command}: error: {text}")
         return EXIT_BAD_INPUT
@@ -98,6 +101,20 @@ def _drop_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # no real file behind it (tests capture it)
         pass
+
+
+def _named_by_scenario(exc: LtsimError, args: argparse.Namespace) -> LtsimError:
+    """A ConfigError about a scenario key raised once the file was read (by a strategy, the
+    planner or the cost model: its value is the file's, or an override's) names the scenario file,
+    as the errors of reading it do."""
+    scenario = getattr(args, "scenario", None)
+    if not (isinstance(exc, ConfigError) and not exc.source and isinstance(scenario, str)
+            and scenario.strip()):
+        return exc
+    from ltsim.scenario import SECTIONS, find_scenario
+
+    section = exc.key.partition(".")[0]
+    return exc.with_source(str(find_scenario(scenario))) if section in SECTIONS else exc
 
 
 def _one_line(text: str) -> str:

@@ -1,13 +1,64 @@
 """Progress of the long commands on stderr: a sweep's bar (a line per tenth of the points
 when not on a terminal, or per point of a short sweep after 2 s), and a line per simulated batch
-(simulate, compare), length (maxlen) or case (check) once a command has run 2 s. Part of the
-command line (ltsim/cli.py)."""
+(simulate, compare), length (maxlen) or case (check) once a command has run 2 s; and, under any
+command, a line after every 15 s in which none of those came (``heartbeat``: one batch of a
+planner with MILPs, or of thousands of sequences, can take minutes). Part of the command line
+(ltsim/cli.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+_last_line = [time.monotonic()]  # when a progress line (or the sweep bar) last showed
+# held by the heartbeat while it writes, and by a fork (a sweep's workers) while it copies the
+# process: a child never starts with stderr's lock taken by a thread it does not have
+_writing = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_writing.acquire, after_in_parent=_writing.release,
+                        after_in_child=_writing.release)
+
+
+def say(text: str) -> None:
+    """A progress line on stderr."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+    _last_line[0] = time.monotonic()
+
+
+@contextmanager
+def heartbeat(command: str, every_s: float = 15.0) -> Iterator[None]:
+    """While the body runs, "ltsim {command}: still working, N s" on stderr after every
+    ``every_s`` without another progress line, with the MILPs solved so far where a planner
+    solved some (a thread: the planners run in the main one; a SCIP solve stops at its time
+    limit, so a line is at most that late)."""
+    started = _last_line[0] = time.monotonic()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(min(1.0, every_s / 4)):
+            now = time.monotonic()
+            if now - _last_line[0] >= every_s:
+                milp = sys.modules.get("ltsim.strategies.milp")  # (imported by the planners)
+                solved = milp.solved() if milp is not None else 0
+                extra = f", {solved:,} MILPs solved" if solved else ""
+                try:
+                    with _writing:
+                        say(f"ltsim {command}: still working, {now - started:.0f} s{extra}")
+                except (OSError, ValueError):  # stderr closed: nobody to tell
+                    return
+
+    thread = threading.Thread(target=beat, name="ltsim-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def batch_progress(command: str, label: str, started_s: float, after_s: float = 2.0):
@@ -22,8 +73,7 @@ def count_progress(what: str, started_s: float, after_s: float = 2.0):
     def show(done: int, total: int) -> None:
         elapsed = time.perf_counter() - started_s
         if elapsed >= after_s and done < total:
-            sys.stderr.write(f"{what} {done} of {total} done, {elapsed:.0f} s\n")
-            sys.stderr.flush()
+            say(f"{what} {done} of {total} done, {elapsed:.0f} s")
     return show
 
 
@@ -35,9 +85,7 @@ def maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):
         if elapsed >= after_s:
             verdict = ("fit" if point.fits else "planning refused" if point.limit == "plan"
                        else f"do not fit ({point.limit} memory)")
-            sys.stderr.write(f"maxlen: {strategy}: {point.length:,} tokens {verdict}, "
-                             f"{elapsed:.0f} s\n")
-            sys.stderr.flush()
+            say(f"maxlen: {strategy}: {point.length:,} tokens {verdict}, {elapsed:.0f} s")
     return show
 
 
@@ -55,6 +103,7 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
             if not bar:
                 bar.append(tqdm(total=total, unit="plan", file=sys.stderr, dynamic_ncols=True))
             bar[0].update(done - bar[0].n)
+            _last_line[0] = time.monotonic()
             if done >= total:
                 bar[0].close()
         return show_bar
@@ -68,6 +117,5 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
         if (done > 0 and elapsed >= after_s if total < 20
                 else done == total or done // step != last // step or last < 0):
             shown[0] = done
-            sys.stderr.write(f"sweep: {done}/{total} points, {elapsed:.0f} s\n")
-            sys.stderr.flush()
+            say(f"sweep: {done}/{total} points, {elapsed:.0f} s")
     return show_lines

@@ -93,16 +93,21 @@ class ModelSpec:
                                   "near)", value, f"give model.{key} a realistic value")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError("model.num_attention_heads", "a divisor of model.hidden_size",
-                              self.num_attention_heads, f"hidden_size is {self.hidden_size}")
+                              self.num_attention_heads, "set model.num_attention_heads to a "
+                              "divisor of model.hidden_size, or hidden_size to a multiple of it",
+                              context=f"hidden_size is {self.hidden_size}")
         if self.arch == "llama" and self.head_dim % 2:  # RoPE rotates channel pairs
             raise ConfigError("model.num_attention_heads", "a count that leaves an even head "
                               "dimension (RoPE rotates pairs of channels)",
-                              self.num_attention_heads, f"hidden_size / num_attention_heads is "
+                              self.num_attention_heads, "choose num_attention_heads so that "
+                              "hidden_size / num_attention_heads is even",
+                              context=f"hidden_size / num_attention_heads is "
                               f"{self.hidden_size // self.num_attention_heads}")
         if self.num_attention_heads % self.num_kv_heads:
             raise ConfigError("model.num_kv_heads", "a divisor of model.num_attention_heads",
-                              self.num_kv_heads,
-                              f"num_attention_heads is {self.num_attention_heads}")
+                              self.num_kv_heads, "set model.num_kv_heads to a divisor of "
+                              "model.num_attention_heads (1 for MQA, equal for MHA)",
+                              context=f"num_attention_heads is {self.num_attention_heads}")
         for key in ("max_position_embeddings", "lora_rank"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

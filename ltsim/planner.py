@@ -47,7 +47,8 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
     axes: list[tuple[str, list[Any]]] = []
     for spec in specs:
         if "=" not in spec:
-            raise ConfigError("--grid", "of the form section.key=v1,v2,...", spec)
+            raise ConfigError("--grid", "of the form section.key=v1,v2,...", spec,
+                              "write the key, '=' and its values, e.g. --grid strategy.k=1,2,4")
         key, text = spec.split("=", 1)
         key = key.strip()
         check_override_key(key, "--grid")
@@ -56,7 +57,8 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
                               f"put every value of {key} in one --grid")
         parts = _top_level_values(text)
         if not text.strip():
-            raise ConfigError("--grid", "given at least one value", spec)
+            raise ConfigError("--grid", "a key with at least one value", spec,
+                              f"write the values after '=', e.g. --grid {key}=V1,V2")
         if not all(p.strip() for p in parts):
             raise ConfigError("--grid", "a comma-separated list without empty values", spec,
                               "remove the extra comma")

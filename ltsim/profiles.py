@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import ltsim.profile_cache as profile_cache
-from ltsim.errors import ProfileError
+from ltsim.errors import ConfigError, ProfileError
 from ltsim.lookup import (ABOVE, BELOW, INSIDE, AttentionLookup, GemmLookup, MonotoneCurve,
                           Notes)
+from ltsim.model import DTYPES
 
 T = TypeVar("T")
 REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see collective_time_s)
@@ -284,10 +285,10 @@ class Profile:
                                "the default)")
         self.attention_kernel = attention_kernel or default
         if self.attention_kernel not in kernels:
-            raise ProfileError(
-                f"hardware.attention_kernel must be one of {', '.join(kernels)}, the kernels "
-                f"profile {self.path} measured (got {self.attention_kernel!r}). Fix: --set "
-                f"hardware.attention_kernel={kernels[0]}, or profile that kernel into the profile")
+            raise ConfigError("hardware.attention_kernel", f"one of {', '.join(kernels)}, the "
+                              f"kernels profile {self.path} measured", self.attention_kernel,
+                              f"set hardware.attention_kernel = {kernels[0]}, or profile that "
+                              "kernel into the profile")
         self._cache: dict[tuple, tuple[float, tuple]] = {}
         self._range_notes: dict[tuple[str, str, float, int], float] = {}
         self._text_notes: set[str] = set()
@@ -310,8 +311,10 @@ class Profile:
         dtypes = self._gemm.dtypes
         use = _stand_in(dtype, dtypes)
         if use not in dtypes:
-            raise ProfileError(f"{self.path}: gemm.csv has no rows for dtype {dtype!r} (has "
-                               f"{', '.join(dtypes)}). Fix: profile that dtype or change model.dtype")
+            known = [d for d in dtypes if d in DTYPES]  # (a cell is not quoted: file content)
+            has = f"has {', '.join(known)}" if known else f"none of {', '.join(DTYPES)}"
+            raise ProfileError(f"{self.path}: gemm.csv has no rows for dtype {dtype!r} ({has}). "
+                               "Fix: profile that dtype or change model.dtype")
         return self._cached(("gemm", m, n, k, use),
                             lambda notes: self._gemm.time_s(m, n, k, use, notes))
 

@@ -46,6 +46,7 @@ SCHEMA: dict[str, dict[str, str]] = {
                  "num_batches": _INT, "lengths": _LIST, "fixed_length": _INT, "batching": _STR,
                  "overlong": _STR},
 }
+SECTIONS = frozenset(SCHEMA) - {""} | {"strategy"}  # (a strategy's options: its own Options)
 _CHECK = {_INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
           _STR: lambda v: isinstance(v, str), _BOOL: lambda v: isinstance(v, bool),
           _NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -89,6 +90,9 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
 
 def find_scenario(path: str | Path) -> Path:
     """``path`` as given when it exists, else the bundled scenario of that relative name."""
+    if isinstance(path, str) and not path.strip():  # Path("") is the current folder
+        raise ConfigError("scenario", "the path of a TOML file", path,
+                          "give the scenario file, e.g. scenarios/quickstart.toml")
     given = Path(path)
     try:  # a path the system refuses (too long, ...) is read_text_file's to report
         if given.exists() or given.is_absolute():
@@ -209,8 +213,8 @@ def check_override_key(key: str, flag: str = "--set") -> None:
         known = {"name"} | {f.name for s in REGISTRY.values() for f in fields(s.options_type)}
     else:
         known = set(SCHEMA.get(section, ()))
-    sections = sorted(set(SCHEMA) - {""} | {"strategy"})
-    if not _KEY_PATH.fullmatch(key) or section not in set(SCHEMA) | {"strategy"}:
+    sections = sorted(SECTIONS)
+    if not _KEY_PATH.fullmatch(key) or section not in SECTIONS | {""}:
         raise ConfigError(flag, f"a top-level key (name, seed) or section.key with a section of "
                           f"{', '.join(sections)}", key, "e.g. parallel.pp or strategy.k")
     if name not in known:
@@ -241,7 +245,13 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
         section, _, name = key.rpartition(".")
         target = merged.setdefault(section, {}) if section else merged
         if not isinstance(target, dict):
-            raise ConfigError(key, "a key inside a [section]", value)
+            raise ConfigError(key, "a key inside a [section]", value, f"name a key of a section "
+                              f"(such as strategy.k), or set {section} itself as {section}=VALUE",
+                              context=f"{section} is a plain key of the scenario, not a section")
+        if isinstance(value, dict) and (not section or isinstance(target.get(name), dict)):
+            # a whole table would replace the file's, dropping the keys it does not repeat
+            raise ConfigError(key, "one key at a time (section.key=value), not a whole table",
+                              value, f"set each key on its own, e.g. {key}.KEY=VALUE")
         target[name] = value
         if section == "workload" and name in _WORKLOAD_SOURCES:
             for other in set(_WORKLOAD_SOURCES) - {name}:
@@ -261,16 +271,14 @@ def build_scenario(raw: dict[str, Any], *, source: str = "", per_replica: bool =
 
 
 def _check_keys(raw: dict[str, Any]) -> None:
-    sections = set(SCHEMA) | {"strategy"}
     for key, value in raw.items():
-        if key in sections - {""} and not isinstance(value, dict):
+        if key in SECTIONS and not isinstance(value, dict):
             raise ConfigError(key, f"a [{key}] table", type(value).__name__,
                               f"write [{key}] on its own line, then its keys")
         if isinstance(value, dict):
-            if key not in sections - {""}:  # [""] is not the top level
-                raise ConfigError(key or '[""]', "a known section "
-                                  f"({', '.join(sorted(sections - {''}))})", f"[{key}]" if key
-                                  else '[""]', "remove or rename the section")
+            if key not in SECTIONS:  # [""] is not the top level
+                raise ConfigError(key or '[""]', f"a known section ({', '.join(sorted(SECTIONS))})",
+                                  f"[{key}]" if key else '[""]', "remove or rename the section")
             if key == "strategy":
                 continue
             for sub, val in value.items():

@@ -667,6 +667,32 @@ def test_sweep_progress_off_a_terminal(capsys):
         [f"sweep: {d}/5 points" for d in range(1, 6)] + [f"sweep: {d}/40 points" for d in range(0, 41, 4)])
 
 
+def test_a_long_silent_step_gets_a_line_every_while_and_counts_the_milps(capsys):
+    """A planner's MILPs inside one batch ran minutes without a word (FlexSP on 4,096 GPUs):
+    the heartbeat says the command is working, with the solves so far; a progress line of its
+    own resets it, and it stops with the body."""
+    import time
+
+    from ltsim.cli_progress import heartbeat, say
+    from ltsim.strategies import milp
+
+    solved = milp.solved()
+    with heartbeat("compare", every_s=0.2):
+        time.sleep(0.5)
+        milp._solved[0] += 3
+        time.sleep(0.7)
+        say("compare: batch 1 of 2 done")
+        time.sleep(0.05)  # shorter than every_s after the line: no heartbeat
+    time.sleep(0.5)  # none after the body
+    lines = capsys.readouterr().err.splitlines()
+    milp._solved[0] -= 3
+    assert lines[-1] == "compare: batch 1 of 2 done"
+    beats = lines[:-1]
+    assert 2 <= len(beats) <= 6  # one per 0.2 s of 1.2 s at most, one per phase at least
+    assert all(line.startswith("ltsim compare: still working, ") for line in beats)
+    assert f"{solved + 3:,} MILPs solved" in beats[-1]
+
+
 def test_a_refused_grid_value_prints_on_one_line(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", 'name="a\\nb","c"',

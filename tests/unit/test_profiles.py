@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ltsim.errors import ProfileError
+from ltsim.errors import ConfigError, ProfileError
 from ltsim.lookup import attention_work
 from ltsim.profile_files import read_meta
 from ltsim.profiles import (PROFILES_DIR, Profile, ProfileMeta, load_profile, read_table,
@@ -231,8 +231,18 @@ def test_unknown_dtype_and_kernel(toy, tmp_path):
     with pytest.raises(ProfileError, match="no rows for dtype 'fp32'"):
         toy.gemm_time_s(16, 1024, 1024, dtype="fp32")
     assert toy.gemm_time_s(16, 1024, 1024, dtype="fp16") == toy.gemm_time_s(16, 1024, 1024)
-    with pytest.raises(ProfileError, match="attention_kernel must be one of default"):
+    with pytest.raises(ConfigError, match="attention_kernel' must be one of default"):
         Profile(toy.path, attention_kernel="fa9")
+
+
+def test_a_missing_dtype_does_not_quote_the_tables_cells(tmp_path):
+    # the tables' dtype cells are file content: the message names only dtypes it knows
+    directory = _write_profile(tmp_path / "p")
+    gemm = tmp_path / "p" / "gemm.csv"
+    gemm.write_text(gemm.read_text().replace("bf16", "ZZSECRET"))
+    with pytest.raises(ProfileError, match=r"no rows for dtype 'bf16' \(none of bf16") as raised:
+        Profile(directory).gemm_time_s(16, 1024, 1024)
+    assert "ZZSECRET" not in str(raised.value)
 
 
 def test_bare_name_resolves_and_caches():

@@ -612,6 +612,18 @@ CASES: tuple[Case, ...] = (
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
     Case("command line", f"sweep {FIG6} --grid strategy.k=1,2 --top many", "--top"),
+    # -- found by a probe of 504 inputs (2026-11-29) ---------------------------------------------------
+    Case("--grid", f"sweep {FIG6} --grid strategy.k=", "--grid"),
+    Case("--set syntax", f"simulate {FIG6} --set 'parallel={{pp=1}}'", "parallel"),
+    Case("--set syntax", f"simulate {FIG6} --set name.x=1", "name.x"),
+    Case("scenario file", "simulate ''", "scenario"),
+    Case("model shape", f"simulate {QS} --set model.hidden_size=3585", "model.num_attention_heads"),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + f"64,64,64,{SECRET},1e-6\n"),))),)),
+    # a strategy's own check of a scenario key names the scenario file, as reading it does
+    Case("strategy", f"compare {QS} --strategies skrull", "quickstart.toml @ parallel.pp"),
+    Case("strategy", f"simulate {QS} --set strategy.chunk_size=1",
+         "quickstart.toml @ strategy.chunk_size"),
 )
 
 
