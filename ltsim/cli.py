@@ -395,7 +395,7 @@ def profile_main(argv: list[str] | None = None) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
     from ltsim.errors import ProfileError
-    from ltsim.profiles import available_profiles, resolve_profile
+    from ltsim.profiles import available_profiles, load_profile, resolve_profile
     from ltsim.scenario import load_scenario
     from ltsim.validate import (require_real_device, same_kind_of_device, summary_text,
                                 validate_scenario, write_outputs)
@@ -409,6 +409,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise ConfigError("--profile", "a profile directory (a bundled name or a path)",
                           str(args.profile), f"use one of {', '.join(available_profiles())}, or "
                           "the path of a directory written by `ltsim profile`") from None
+    try:  # its tables too: a problem there names --profile, not the hardware.profile it becomes
+        load_profile(profile)
+    except ProfileError as exc:
+        raise ConfigError("--profile", "a profile ltsim can read", str(args.profile),
+                          "give a directory written by `ltsim profile`, or a bundled name",
+                          context=str(exc).split(". Fix:")[0]) from None
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses

@@ -620,6 +620,8 @@ CASES: tuple[Case, ...] = (
     Case("model shape", f"simulate {QS} --set model.hidden_size=3585", "model.num_attention_heads"),
     Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
          (("p", Profile((("gemm.csv", _GEMM + f"64,64,64,{SECRET},1e-6\n"),))),)),
+    Case("command line", f"validate {TINY} --profile {{tmp}}/p", "'--profile'",
+         (("p", Profile((("meta.json", None),))),)),
     # a strategy's own check of a scenario key names the scenario file, as reading it does
     Case("strategy", f"compare {QS} --strategies skrull", "quickstart.toml @ parallel.pp"),
     Case("strategy", f"simulate {QS} --set strategy.chunk_size=1",
