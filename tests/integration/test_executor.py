@@ -342,13 +342,13 @@ def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
     assert "must be a real device" in capsys.readouterr().err
     assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
                      "--set", "hardware.loss_kernel=fused"]) == 2  # the executor runs torch's
-    assert "hardware.loss_kernel' must be torch to validate" in capsys.readouterr().err
+    assert "@ hardware.loss_kernel must be torch to validate" in capsys.readouterr().err
     # a setup the executor does not run is refused before the run is announced (it followed it)
     tiny = repo / "scenarios" / "examples" / "cpu-llama-tiny-chunkflow.toml"
     assert cli_main(["validate", str(tiny), "--profile", "profiles/cpu-ci", "--set",
                      "parallel.tp=2", "--set", "parallel.pp=1"]) == 2
     err = capsys.readouterr().err
-    assert "'parallel.tp' must be 1 for the executor" in err and "running" not in err
+    assert "@ parallel.tp must be 1 for the executor" in err and "running" not in err
 
 
 def test_validate_warns_of_a_profile_of_another_cpu_model(repo, tmp_path):

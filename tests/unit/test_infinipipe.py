@@ -345,9 +345,10 @@ def _simulated(*sets):
 def test_auto_slices_search_on_while_no_count_fits():
     # at 786,432 tokens no N fits the planner's memory model: the search stopped two N past the
     # first and ran N = 12, which does not fit; every layer checkpointed at N = 64 does
-    auto = _simulated("workload={lengths=[786432], num_batches=1}")
+    one = ("workload.lengths=[786432]", "workload.num_batches=1", "workload.max_length=0")
+    auto = _simulated(*one)
     assert auto.fits and auto.strategy_options["num_slices"] > 14
-    fixed = _simulated("workload={lengths=[786432], num_batches=1}", "strategy.num_slices=12")
+    fixed = _simulated(*one, "strategy.num_slices=12")
     assert not fixed.fits
 
 
