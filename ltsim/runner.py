@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ltsim.costs import CostModel, UnitCostModel
+from ltsim.errors import ConfigError, ProfileError
 from ltsim.gcpause import paused
 from ltsim.mirrors import expand_trace
 from ltsim.plan import Plan
@@ -32,7 +33,14 @@ def make_cost_model(scenario: Scenario) -> CostModel:
         return UnitCostModel(scenario.cluster.memory_limit_bytes)
     from ltsim.costs.table import TableCostModel
 
-    return TableCostModel(scenario.model, scenario.cluster, grad_dtype=scenario.parallel.grad_dtype)
+    try:
+        return TableCostModel(scenario.model, scenario.cluster,
+                              grad_dtype=scenario.parallel.grad_dtype)
+    except ProfileError as exc:  # its tables: the scenario's hardware.profile (or preset's) names them
+        problem, _, fix = str(exc).partition(". Fix: ")
+        raise ConfigError("hardware.profile", "a profile ltsim can read",
+                          str(scenario.cluster.profile_dir), fix, context=problem,
+                          source=scenario.source) from None
 
 
 def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
