@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                "send it to a file or to /dev/null")
         return EXIT_BAD_INPUT
     try:
-        with heartbeat(args.command):  # a line when a long batch says nothing for a while
+        # a line when a long batch says nothing for a while (the profiler has its own lines)
+        with heartbeat(args.command) if args.command != "profile" else contextlib.nullcontext():
             code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a full disk shows here, not as Python's complaint at exit
         return code

@@ -36,7 +36,7 @@ def make_cost_model(scenario: Scenario) -> CostModel:
     try:
         return TableCostModel(scenario.model, scenario.cluster,
                               grad_dtype=scenario.parallel.grad_dtype)
-    except ProfileError as exc:  # its tables: the scenario's hardware.profile (or preset's) names them
+    except ProfileError as exc:  # the tables hardware.profile (or the preset) names
         problem, _, fix = str(exc).partition(". Fix: ")
         raise ConfigError("hardware.profile", "a profile ltsim can read",
                           str(scenario.cluster.profile_dir), fix, context=problem,

@@ -612,7 +612,7 @@ CASES: tuple[Case, ...] = (
     Case("command line", "simulte " + QS, "simulte"),
     Case("command line", f"compare {QS}", "--strategies"),
     Case("command line", f"sweep {FIG6} --grid strategy.k=1,2 --top many", "--top"),
-    # -- found by a probe of 504 inputs (2026-11-29) ---------------------------------------------------
+    # -- found by a probe of 504 inputs (2026-11-29) --------------------------------------------
     Case("--grid", f"sweep {FIG6} --grid strategy.k=", "--grid"),
     Case("--set syntax", f"simulate {FIG6} --set 'parallel={{pp=1}}'", "parallel"),
     Case("--set syntax", f"simulate {FIG6} --set name.x=1", "name.x"),
