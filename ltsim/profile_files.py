@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
-from ltsim.files import replaced_atomically
-from ltsim.files import NotRegularFile, read_input
+from ltsim.files import NotRegularFile, read_input, replaced_atomically, write_text_atomically
 from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
@@ -119,7 +118,9 @@ def write_meta(directory: str | Path, meta: ProfileMeta) -> Path:
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = path / "meta.json"
-    out.write_text(json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n")
+    # in one step: the profiler rewrites it after every table, and a run killed meanwhile left
+    # a truncated meta.json that --resume then refused
+    write_text_atomically(out, json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n")
     return out
 
 

@@ -89,6 +89,26 @@ def test_missing_meta(tmp_path):
         Profile(directory)
 
 
+def test_meta_json_is_replaced_in_one_step(tmp_path, monkeypatch):
+    # the profiler rewrites meta.json after every table: a run killed in the middle of a write
+    # left it truncated, and --resume then refused the folder
+    first = ProfileMeta(device="toy", memory_bytes=2**30, method="analytic", date="2026-01-01")
+    write_meta(tmp_path, first)
+    write = Path.write_text
+
+    def cut_short(self, text, *args, **kwargs):
+        write(self, text[:10], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        write_meta(tmp_path, ProfileMeta(device="other", memory_bytes=1, method="measured",
+                                         date="2026-01-02"))
+    monkeypatch.undo()
+    assert read_meta(tmp_path) == first
+    assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
+
+
 def test_missing_table(tmp_path):
     directory = _write_profile(tmp_path / "p")
     (tmp_path / "p" / "gemm.csv").unlink()
