@@ -93,7 +93,9 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
     """A sweep's progress on stderr, ``show(done, total)``: a tqdm bar on a terminal, otherwise
     a line at every tenth of the points (and the last) for sweeps of 20 points or more, and a
     line per point for shorter ones once the sweep has run ``after_s`` (19 InfiniPipe points ran
-    minutes without a word)."""
+    minutes without a word). Off a terminal a long sweep also gets a line at least every
+    ``EVERY_S`` of points finishing, and each line before the last the time left at the pace so
+    far (a grid of 90,000 points at 0.5 s each said nothing for its first 9,000)."""
     if sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -107,7 +109,7 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
             if done >= total:
                 bar[0].close()
         return show_bar
-    shown = [-1]  # the last count printed
+    shown = [-1, 0.0]  # the last count printed, and when
 
     def show_lines(done: int, total: int) -> None:
         elapsed = time.perf_counter() - started_s
@@ -115,7 +117,22 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
         if done == last:
             return
         if (done > 0 and elapsed >= after_s if total < 20
-                else done == total or done // step != last // step or last < 0):
-            shown[0] = done
-            say(f"sweep: {done}/{total} points, {elapsed:.0f} s")
+                else done == total or done // step != last // step or last < 0
+                or elapsed - shown[1] >= EVERY_S):
+            shown[0], shown[1] = done, elapsed
+            left = (f", about {_duration(elapsed / done * (total - done))} left"
+                    if 0 < done < total else "")
+            say(f"sweep: {done}/{total} points, {elapsed:.0f} s{left}")
     return show_lines
+
+
+EVERY_S = 60.0  # the longest a long sweep goes without a line off a terminal
+
+
+def _duration(seconds: float) -> str:
+    """A time left as a person reads it: "40 s", "12 min", "3.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

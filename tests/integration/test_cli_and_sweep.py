@@ -667,6 +667,30 @@ def test_sweep_progress_off_a_terminal(capsys):
         [f"sweep: {d}/5 points" for d in range(1, 6)] + [f"sweep: {d}/40 points" for d in range(0, 41, 4)])
 
 
+def test_a_long_sweep_off_a_terminal_says_how_long_is_left(capsys, monkeypatch):
+    """90,000 points at 0.5 s each said nothing for their first 9,000 (a tenth): a line at
+    least every minute, each with the time left at the pace so far."""
+    from ltsim import cli_progress
+
+    clock = [0.0]
+    monkeypatch.setattr(cli_progress.time, "perf_counter", lambda: clock[0])
+    show = cli_progress.progress_bar(0.0)
+    for done in range(301):
+        clock[0] = done * 0.5
+        show(done, 90_000)
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep: 0/90000 points, 0 s",
+        "sweep: 120/90000 points, 60 s, about 12.5 h left",
+        "sweep: 240/90000 points, 120 s, about 12.5 h left"]
+    show = cli_progress.progress_bar(0.0)
+    for done, at in ((0, 0.0), (10, 50.0), (20, 61.0), (40, 70.0)):
+        clock[0] = at
+        show(done, 40)
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep: 0/40 points, 0 s", "sweep: 10/40 points, 50 s, about 2 min left",
+        "sweep: 20/40 points, 61 s, about 61 s left", "sweep: 40/40 points, 70 s"]
+
+
 def test_a_long_silent_step_gets_a_line_every_while_and_counts_the_milps(capsys):
     """A planner's MILPs inside one batch ran minutes without a word (FlexSP on 4,096 GPUs):
     the heartbeat says the command is working, with the solves so far; a progress line of its
