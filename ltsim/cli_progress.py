@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 _last_line = [time.monotonic()]  # when a progress line (or the sweep bar) last showed
-# held by the heartbeat while it writes, and by a fork (a sweep's workers) while it copies the
-# process: a child never starts with stderr's lock taken by a thread it does not have
-_writing = threading.Lock()
+# held while a progress line is written, and by a fork (a sweep's workers) while it copies the
+# process: a child never starts with stderr's lock taken by a thread it does not have, and the
+# heartbeat never writes just after another line it had not seen
+_writing = threading.RLock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_writing.acquire, after_in_parent=_writing.release,
                         after_in_child=_writing.release)
@@ -25,9 +26,10 @@ if hasattr(os, "register_at_fork"):
 
 def say(text: str) -> None:
     """A progress line on stderr."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-    _last_line[0] = time.monotonic()
+    with _writing:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        _last_line[0] = time.monotonic()
 
 
 @contextmanager
@@ -41,16 +43,18 @@ def heartbeat(command: str, every_s: float = 15.0) -> Iterator[None]:
 
     def beat() -> None:
         while not stop.wait(min(1.0, every_s / 4)):
-            now = time.monotonic()
-            if now - _last_line[0] >= every_s:
-                milp = sys.modules.get("ltsim.strategies.milp")  # (imported by the planners)
-                solved = milp.solved() if milp is not None else 0
-                extra = f", {solved:,} MILPs solved" if solved else ""
-                try:
-                    with _writing:
+            if time.monotonic() - _last_line[0] < every_s:
+                continue
+            milp = sys.modules.get("ltsim.strategies.milp")  # (imported by the planners)
+            solved = milp.solved() if milp is not None else 0
+            extra = f", {solved:,} MILPs solved" if solved else ""
+            try:
+                with _writing:  # (another line may have come meanwhile)
+                    now = time.monotonic()
+                    if now - _last_line[0] >= every_s:
                         say(f"ltsim {command}: still working, {now - started:.0f} s{extra}")
-                except (OSError, ValueError):  # stderr closed: nobody to tell
-                    return
+            except (OSError, ValueError):  # stderr closed: nobody to tell
+                return
 
     thread = threading.Thread(target=beat, name="ltsim-heartbeat", daemon=True)
     thread.start()
