@@ -105,6 +105,7 @@ def slice_columns(chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
 
 
 _INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
+_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 _tuple_new = tuple.__new__
 
 
@@ -191,7 +192,7 @@ class Work:
     def num_tokens(self) -> int:
         tokens = self._tokens
         if tokens < 0:  # computed once: the cost model asks for every op
-            tokens = sum(s.stop - s.start for s in self.slices)
+            tokens = sum(map(_STOP, self.slices)) - sum(map(_START, self.slices))
             object.__setattr__(self, "_tokens", tokens)
         return tokens
 

@@ -39,6 +39,7 @@ import math
 import statistics
 from collections.abc import Callable
 from functools import lru_cache
+from operator import itemgetter, sub
 
 import numpy as np
 
@@ -53,6 +54,8 @@ from ltsim.profiles import Profile, read_optional_rows
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
+_KNOWN_MAX = 65536  # slices' attention times kept per pass and split (as the memo's bound)
+_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 
 
 class ComputeCosts:
@@ -76,6 +79,7 @@ class ComputeCosts:
         # the notes with each price it shares between runs)
         self.layer_s = profile.memo(self._layer_s, 4096)
         self.attention_s = profile.memo(self._attention_s, 65536)
+        self._attention_known: dict[tuple[str, Split], dict[tuple[int, int], float]] = {}
         self.head_s = profile.memo(self._head_s, 4096)
         self._residual_s = profile.memo(self._residual_s, 4096)
         self._context_residual_s = profile.memo(self._context_residual_s, 4096)
@@ -198,9 +202,7 @@ class ComputeCosts:
         attn = 0.0
         if part != "dense" and kind is not OpKind.W:
             attn_pass = "bwd" if backward else "fwd"
-            attention_s = self.attention_s
-            attn = layers * sum([attention_s(s.stop - s.start, s.stop, attn_pass, split)
-                                 for s in work.slices])
+            attn = layers * sum(self._slices_attention_s(work.slices, attn_pass, split))
         if part == "attn":
             return attn
         tokens = max(1, -(-work.num_tokens // split.cp))
@@ -218,6 +220,27 @@ class ComputeCosts:
         if backward and self.accumulate_grads:
             total += self._accumulate_s(work)
         return total
+
+    def _slices_attention_s(self, slices, attn_pass: str, split: Split) -> list[float]:
+        """``attention_s`` of each slice, in order. The values a lookup made no note for are
+        also kept here by (query tokens, keys) per pass and split, and read back without the
+        memo's call: a chunk of hundreds of short sequences (InfiniPipe's, priced again as each
+        joins) asks for every one of them each time. A value with notes goes through the memo,
+        which makes its notes again."""
+        known = self._attention_known.get((attn_pass, split))
+        if known is None or len(known) > _KNOWN_MAX:
+            known = self._attention_known[(attn_pass, split)] = {}
+        stops = list(map(_STOP, slices))
+        keys = list(zip(map(sub, stops, map(_START, slices)), stops))  # (query tokens, keys)
+        times = list(map(known.get, keys))  # (C loops: a chunk may hold hundreds of slices)
+        if None in times:
+            for at, key in enumerate(keys):
+                if times[at] is None:
+                    value, notes = self.profile.noted(self.attention_s, *key, attn_pass, split)
+                    if not notes:
+                        known[key] = value
+                    times[at] = value
+        return times
 
     def _accumulate_s(self, work: Work) -> float:
         """Adding the op's weight gradients into the gradient buffer: read both, write one, in

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from ltsim.strategies.schedule import Layout, one_layer_work
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
+_BOUNDS = itemgetter(1, 2)  # a Slice's (start, stop)
 
 
 # -- costs ----------------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ class StageCosts:
         embedding or head), with Ulysses' all-to-alls. Cached on the slices' token ranges: the
         sequence a slice comes from does not change its cost, and the N search re-prices the
         same shapes."""
-        key = (kind, tuple((s.start, s.stop) for s in slices))
+        key = (kind, tuple(map(_BOUNDS, slices)))
         value = self._times.get(key)
         if value is None:
             work = self._work(slices)

@@ -1,8 +1,9 @@
 """Inputs a probe of the command line found slow (2026-11-29): FlexSP on 2,048 and 4,096 GPUs,
-whose MILP model was built with a scan of every variable per run and per slot, and a 1M-token
-plan on the CPU profile, whose eager residuals were made again for every token count. Each case
-is timed whole (scenario to Result, imports excluded) with the result fields that must not move.
-Not a test.
+whose MILP model was built with a scan of every variable per run and per slot; InfiniPipe's
+chunking of thousands of short sequences, which prices chunks of hundreds of slices again as
+each sequence joins; and a 1M-token plan on the CPU profile, whose eager residuals were made
+again for every token count. Each case is timed whole (scenario to Result, imports excluded)
+with the result fields that must not move. Not a test.
 
     python validation/perf/slow_inputs.py                 # this tree
     python validation/perf/slow_inputs.py --tree OLD_DIR  # and another checkout, in turn
@@ -26,6 +27,8 @@ CASES = (
      FLEXSP + ["hardware.num_nodes=256", "workload.global_batch_size=512"]),
     ("FlexSP, 4,096 GPUs, 1,024 sequences", "scenarios/quickstart.toml", "flexsp",
      FLEXSP + ["hardware.num_nodes=512", "workload.global_batch_size=1024"]),
+    ("InfiniPipe, the quickstart's 8 GPUs, 8,192 sequences", "scenarios/quickstart.toml",
+     "infinipipe", ["workload.global_batch_size=8192", "workload.num_batches=1"]),
     ("CPU profile, one 1M-token sequence (ChunkFlow)",
      "scenarios/examples/cpu-llama-tiny-chunkflow.toml", "",
      ["hardware.profile=\"cpu-ci\"", "workload.lengths=[1000000]"]),
