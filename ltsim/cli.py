@@ -115,6 +115,8 @@ def _named_by_scenario(exc: LtsimError, args: argparse.Namespace) -> LtsimError:
     from ltsim.scenario import SECTIONS, find_scenario
 
     section = exc.key.partition(".")[0]
+    if section == "strategy" and getattr(args, "strategies", None):
+        return exc  # the options came with --strategies, not from the file
     return exc.with_source(str(find_scenario(scenario))) if section in SECTIONS else exc
 
 

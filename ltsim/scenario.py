@@ -226,8 +226,12 @@ _WORKLOAD_SOURCES = ("dataset", "lengths", "fixed_length")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``overrides`` applied: ``section.key=value`` texts (``--set``; a whole table
+    there is refused: it would drop the file's other keys of the section), or a dict of key
+    paths to values, which a program may use to replace a whole table."""
     if isinstance(overrides, str):  # one override, not a list of its characters
         overrides = [overrides]
+    texts = not isinstance(overrides, dict)
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}
     if len(given) < len(items):  # the last one silently won, hiding a bad earlier value
@@ -248,10 +252,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
             raise ConfigError(key, "a key inside a [section]", value, f"name a key of a section "
                               f"(such as strategy.k), or set {section} itself as {section}=VALUE",
                               context=f"{section} is a plain key of the scenario, not a section")
-        if isinstance(value, dict) and (not section or isinstance(target.get(name), dict)):
+        if texts and isinstance(value, dict) and (not section or isinstance(target.get(name), dict)):
             # a whole table would replace the file's, dropping the keys it does not repeat
-            raise ConfigError(key, "one key at a time (section.key=value), not a whole table",
-                              value, f"set each key on its own, e.g. {key}.KEY=VALUE")
+            raise ConfigError("--set", "one key at a time (section.key=value), not a whole table",
+                              f"{key}={value}", f"set each key on its own, e.g. {key}.KEY=VALUE")
         target[name] = value
         if section == "workload" and name in _WORKLOAD_SOURCES:
             for other in set(_WORKLOAD_SOURCES) - {name}:
