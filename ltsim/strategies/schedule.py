@@ -85,9 +85,8 @@ def mems(*kinds: str) -> tuple[Mem, ...]:
 
 @lru_cache(maxsize=1 << 12)
 def joined(*parts: tuple[Mem, ...]) -> tuple[Mem, ...]:
-    """The Mems of ``parts`` in order, as a new tuple (what strategies concatenate per chunk;
-    the lowering resolves actions sharing one effects tuple, such as ``mems``', together, and
-    each of these alone: ChunkFlow's name other chunks' K/V gradients, which no two share)."""
+    """The Mems of ``parts`` in order, one tuple object per value: the lowering resolves the
+    actions sharing an effects tuple together (what strategies concatenate per chunk)."""
     return tuple(chain.from_iterable(parts))
 
 
