@@ -14,7 +14,7 @@ from ltsim.interned import sorted_unique
 import ltsim.optable as optable
 from ltsim.optable import B, F
 from ltsim.plan import OpKind, Plan
-from ltsim.work import slice_columns
+from ltsim.work import slice_columns, slices_tokens
 
 # per part code: counted for coverage ("" and "dense": an "attn" part op repeats its main op's
 # slices)
@@ -216,8 +216,7 @@ def _coverage_rows(plan: Plan):
         found = tokens_of.get((chunk_index, ref))
         if found is None:
             slices = works.chunk_slices[chunk_index] if ref < 0 else works.slice_sets[ref]
-            found = tokens_of[(chunk_index, ref)] = (sum(map(_STOP, slices))
-                                                     - sum(map(_START, slices)))
+            found = tokens_of[(chunk_index, ref)] = slices_tokens(slices)
         return found
 
     weights: dict[int, float] = {}  # per work: its token-layers, over its CP degree
@@ -244,7 +243,7 @@ def _coverage_rows(plan: Plan):
         if c.index in mirrored:
             continue
         own = (tokens(c.index, -1) if works.chunk_slices.get(c.index) is c.slices
-               else sum(map(_STOP, c.slices)) - sum(map(_START, c.slices)))
+               else slices_tokens(c.slices))
         grad = grad_chunks is None or c.index in grad_chunks
         for at, width in enumerate(stage_widths):
             need = float(own * width)
@@ -288,7 +287,6 @@ def _mirror_pairs(plan: Plan) -> np.ndarray:
 
 
 _INDEX = itemgetter(0)  # of a Chunk
-_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 
 
 def _uncovered(plan: Plan, chunk: int, stage: int, kind: OpKind, got: float, want: float):

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import compress, repeat
-from operator import is_, itemgetter
+from operator import is_
 from typing import Any
 
 import numpy as np
 
 from ltsim.plan import Buffer, Comm, Keep, Slice, Split, Tiling, Work
+from ltsim.work import SLICE_BOUNDS, slices_tokens
 
 KEEP_OF: tuple[Keep, ...] = tuple(Keep)
 KEEP_CODE: dict[Keep, int] = {k: i for i, k in enumerate(KEEP_OF)}
@@ -164,10 +165,10 @@ class Works(Sequence):
         for at, c in enumerate(used.tolist()):
             slices = self.chunk_slices[c]
             chunk_layout[at] = layouts.setdefault(_layout(slices), len(layouts))
-            chunk_tokens[at] = sum(map(_STOP, slices)) - sum(map(_START, slices))
+            chunk_tokens[at] = slices_tokens(slices)
         set_layout = ints([layouts.setdefault(_layout(sl), len(layouts))
                            for sl in self.slice_sets] + [0])
-        set_tokens = ints([sum(map(_STOP, sl)) - sum(map(_START, sl)) for sl in self.slice_sets]
+        set_tokens = ints([slices_tokens(sl) for sl in self.slice_sets]
                           + [0])
         own = ref < 0
         where = np.where(own, np.minimum(np.searchsorted(used, chunk), size - 1), 0)
@@ -245,10 +246,9 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def _layout(slices: tuple[Slice, ...]) -> tuple[tuple[int, int], ...]:
-    return tuple(map(_BOUNDS, slices))
+    return tuple(map(SLICE_BOUNDS, slices))
 
 
-_START, _STOP, _BOUNDS = itemgetter(1), itemgetter(2), itemgetter(1, 2)  # of a Slice
 
 
 class Buffers(Sequence):

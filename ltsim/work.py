@@ -105,8 +105,14 @@ def slice_columns(chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
 
 
 _INDEX, _SLICES, _REPLICA = itemgetter(0), itemgetter(1), itemgetter(2)  # of a Chunk
-_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
+# a Slice's start, stop and (start, stop), read in C (map over thousands of slices)
+SLICE_START, SLICE_STOP, SLICE_BOUNDS = itemgetter(1), itemgetter(2), itemgetter(1, 2)
 _tuple_new = tuple.__new__
+
+
+def slices_tokens(slices: Sequence[Slice]) -> int:
+    """The tokens of ``slices``: the sum of stop - start, summed in C."""
+    return sum(map(SLICE_STOP, slices)) - sum(map(SLICE_START, slices))
 
 
 class Split(NamedTuple):
@@ -192,7 +198,7 @@ class Work:
     def num_tokens(self) -> int:
         tokens = self._tokens
         if tokens < 0:  # computed once: the cost model asks for every op
-            tokens = sum(map(_STOP, self.slices)) - sum(map(_START, self.slices))
+            tokens = slices_tokens(self.slices)
             object.__setattr__(self, "_tokens", tokens)
         return tokens
 

@@ -39,7 +39,7 @@ import math
 import statistics
 from collections.abc import Callable
 from functools import lru_cache
-from operator import itemgetter, sub
+from operator import sub
 
 import numpy as np
 
@@ -52,10 +52,10 @@ from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
 from ltsim.profiles import Profile, read_optional_rows
 from ltsim.units import dtype_bytes
+from ltsim.work import SLICE_START, SLICE_STOP
 
 FP32_BYTES = 4
 _KNOWN_MAX = 65536  # slices' attention times kept per pass and split (as the memo's bound)
-_START, _STOP = itemgetter(1), itemgetter(2)  # of a Slice
 
 
 class ComputeCosts:
@@ -230,8 +230,8 @@ class ComputeCosts:
         known = self._attention_known.get((attn_pass, split))
         if known is None or len(known) > _KNOWN_MAX:
             known = self._attention_known[(attn_pass, split)] = {}
-        stops = list(map(_STOP, slices))
-        keys = list(zip(map(sub, stops, map(_START, slices)), stops))  # (query tokens, keys)
+        stops = list(map(SLICE_STOP, slices))
+        keys = list(zip(map(sub, stops, map(SLICE_START, slices)), stops))  # (query tokens, keys)
         times = list(map(known.get, keys))  # (C loops: a chunk may hold hundreds of slices)
         if None in times:
             for at, key in enumerate(keys):

@@ -39,18 +39,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 
 import numpy as np
 
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
 from ltsim.strategies import milp
 from ltsim.strategies.schedule import Layout, one_layer_work
+from ltsim.work import SLICE_BOUNDS
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
-_BOUNDS = itemgetter(1, 2)  # a Slice's (start, stop)
 
 
 # -- costs ----------------------------------------------------------------------------------------
@@ -96,7 +95,7 @@ class StageCosts:
         embedding or head), with Ulysses' all-to-alls. Cached on the slices' token ranges: the
         sequence a slice comes from does not change its cost, and the N search re-prices the
         same shapes."""
-        key = (kind, tuple(map(_BOUNDS, slices)))
+        key = (kind, tuple(map(SLICE_BOUNDS, slices)))
         value = self._times.get(key)
         if value is None:
             work = self._work(slices)
