@@ -417,7 +417,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         raise ConfigError("--profile", "a profile ltsim can read", str(args.profile),
                           "give a directory written by `ltsim profile`, or a bundled name",
-                          context=str(exc).split(". Fix:")[0]) from None
+                          context=exc.problem_and_fix()[0]) from None
     check_folder("--out", args.out)
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses

@@ -73,6 +73,12 @@ def _shown(value: object) -> str:
 class ProfileError(LtsimError):
     """A profile directory or table is missing or unusable."""
 
+    def problem_and_fix(self) -> tuple[str, str]:
+        """The message's problem and its fix ("" if it gives none), for a ConfigError that
+        names the key or flag the profile came from."""
+        problem, _, fix = str(self).partition(". Fix: ")
+        return problem, fix
+
 
 class PlanError(LtsimError):
     """A strategy produced an invalid plan (a bug in the strategy, not in the input)."""

@@ -37,7 +37,7 @@ def make_cost_model(scenario: Scenario) -> CostModel:
         return TableCostModel(scenario.model, scenario.cluster,
                               grad_dtype=scenario.parallel.grad_dtype)
     except ProfileError as exc:  # the tables hardware.profile (or the preset) names
-        problem, _, fix = str(exc).partition(". Fix: ")
+        problem, fix = exc.problem_and_fix()
         raise ConfigError("hardware.profile", "a profile ltsim can read",
                           str(scenario.cluster.profile_dir), fix, context=problem,
                           source=scenario.source) from None
