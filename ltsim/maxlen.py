@@ -397,10 +397,10 @@ def _buffer_terms(buffers: tuple[Buffer, ...], cost: CostModel) -> dict[str, int
 def _working_terms(op, cost: CostModel) -> dict[str, int]:
     if op.work is None:
         return {}
-    size = cost.working_bytes(op.kind, op.work, part=op.part)
+    size = cost.working_bytes(op.kind, op.work, part=op.part, keep=op.keep)
     if not size:
         return {}
     if not op.work.head:
         return {"working": size}
-    rest = cost.working_bytes(op.kind, replace(op.work, head=False), part=op.part)
+    rest = cost.working_bytes(op.kind, replace(op.work, head=False), part=op.part, keep=op.keep)
     return {"logits": size - rest, "working": rest}

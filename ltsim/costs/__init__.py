@@ -67,9 +67,11 @@ class CostModel(Protocol):
         """Bytes a buffer holds on one GPU (or in host memory for one GPU, when ``buffer.host``)."""
         ...
 
-    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "",
+                      keep: Keep | None = None) -> int:
         """Transient bytes a compute op holds while it runs, beyond the buffers it allocates
-        (e.g. the LM head's loss); charged at its start and released at its end."""
+        (e.g. the LM head's loss); charged at its start and released at its end. ``keep``: what
+        the op's forward kept (a backward after a full recompute holds less beside its loss)."""
         ...
 
     def static_memory_bytes(self, device: Device) -> int:

@@ -88,12 +88,18 @@ class BufferCosts:
             return mem.kv_grad_bytes_per_token(m, par, num_layers=layers)
         raise ValueError(f"unknown buffer kind {kind!r}")
 
-    def working_bytes(self, kind, work) -> int:
+    def working_bytes(self, kind, work, keep: Keep | None = None) -> int:
         """Transient bytes of one op beyond its buffers (memory.py): the LM head's loss over the
         whole work, or over one tile when the loss is tiled; a tiled MLP's one shard (its layers
         run one at a time, so one shard whatever their number); in backward, one layer's
         gradients (memory.backward_working_bytes_per_token) beside that shard. The larger of the
-        layers' and the head's: the head's loss is done before the layers' backward starts."""
+        layers' and the head's: the head's loss is done before the layers' backward starts.
+
+        A backward after a full recompute (``keep`` Keep.INPUT) holds the one-layer working set
+        its R op allocated (pipeline.kept_actions: a layer's activations, with the logits) from
+        the R's start to its own end. Megatron runs the loss's backward before it rebuilds any
+        layer, so the loss never meets that layer's activations: the loss's part is counted
+        less them (beside the layers' gradients, which do meet them)."""
         if kind is not OpKind.F and kind is not OpKind.B and kind is not OpKind.R:
             return 0
         backward = kind is OpKind.B
@@ -109,6 +115,10 @@ class BufferCosts:
         elif work.head:
             loss = tokens * mem.loss_working_bytes_per_token(self.model, par, backward=backward,
                                                              loss_kernel=self.loss_kernel)
+        if loss and backward and keep is Keep.INPUT and work.num_layers:
+            first = work.layers[0]
+            loss -= self.bytes(Buffer("act", work.evolve(layers=(first, first + 1), embed=False,
+                                                         head=False), Keep.ALL))
         return int(max(mlp, loss))
 
     def _static_bytes(self, device: Device) -> mem.StaticMemory:

@@ -129,10 +129,11 @@ class TableCostModel:
     def buffer_bytes(self, buffer: Buffer) -> int:
         return self._buffers.bytes(buffer)
 
-    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "",
+                      keep: Keep | None = None) -> int:
         if part == "attn" or not self.working_sets:
             return 0
-        return self._buffers.working_bytes(kind, work)
+        return self._buffers.working_bytes(kind, work, keep)
 
     def static_memory_bytes(self, device: Device) -> int:
         return int(self._buffers.static_bytes(device).total_bytes)

@@ -52,7 +52,8 @@ class UnitCostModel:
             return 0
         return int(buffer.work.num_tokens / buffer.work.split.cp)
 
-    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "") -> int:
+    def working_bytes(self, kind: OpKind, work: Work, *, part: str = "",
+                      keep: Keep | None = None) -> int:
         return 0  # the papers' figures count activations only
 
     def static_memory_bytes(self, device: Device) -> int:

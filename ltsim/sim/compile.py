@@ -495,8 +495,9 @@ def _compute_price(cost: CostModel, kind: OpKind, work: Work, part: str, keep: K
     """A compute op's seconds and working-set bytes (``duration_s`` of an op with a work, and
     ``CostModel.working_bytes``), from what they read of the op."""
     return (cost.compute_s(kind, work, part=part, keep=keep),
-            _working_set(cost, kind, work, part))
+            _working_set(cost, kind, work, part, keep))
 
 
-def _working_set(cost: CostModel, kind: OpKind, work: Work, part: str) -> int:
-    return cost.working_bytes(kind, work, part=part)
+def _working_set(cost: CostModel, kind: OpKind, work: Work, part: str,
+                 keep: Keep | None = None) -> int:
+    return cost.working_bytes(kind, work, part=part, keep=keep)

@@ -84,7 +84,7 @@ def bucket_tokens(ctx: PlanContext, layout: Layout, value: int | str, *,
                                                Keep.ALL)))
     else:
         held = ctx.cost.buffer_bytes(Buffer("act", work, keep))
-    per_token = (held + ctx.cost.working_bytes(OpKind.B, work)) / _PROBE_TOKENS  # + loss's peak
+    per_token = (held + ctx.cost.working_bytes(OpKind.B, work, keep=keep)) / _PROBE_TOKENS  # + loss's peak
     free = ctx.cost.memory_limit_bytes - ctx.cost.static_memory_bytes(device)
     if per_token <= 0:
         return 1 << 40  # the unit preset's toy model charges no memory per token here

@@ -155,10 +155,22 @@ class StageCosts:
             grads = self.cost.buffer_bytes(Buffer("kv_grad", plain)) if nontail else 0
             one = self.cost.buffer_bytes(Buffer("act", one_layer_work(
                 whole, embed=device.embed, head=device.head), Keep.ALL))
+            # a part checkpointed: R rebuilds its first layer, without the logits
+            # (infinipipe.chunk_actions), and the backward's loss meets it
+            part = self.cost.buffer_bytes(Buffer("act", replace(
+                whole, layers=(first, first + 1), head=False), Keep.ALL))
             base.append(act + grads)
             saved.append(max(0.0, (act - rest - kept - kv) / max(1, stop - first)))
-            transient.append(one + max(self.cost.working_bytes(kind, whole)
-                                       for kind in (OpKind.F, OpKind.R, OpKind.B)))
+            # beyond base - C x saved: a forward's working set; with every layer checkpointed
+            # (C = L: the layer inputs, no logits, which ``rest`` counts) the one-layer set R
+            # rebuilds, beside R's or the backward's (which runs the loss before any layer); with
+            # a part, that part's first layer beside R's or the backward's
+            working = self.cost.working_bytes
+            rebuilt = working(OpKind.R, whole)
+            transient.append(max(working(OpKind.F, whole),
+                                 one - rest + max(rebuilt, working(OpKind.B, whole,
+                                                                  keep=Keep.INPUT)),
+                                 part + max(rebuilt, working(OpKind.B, whole))))
         return ChunkCost(fwd, bwd, fwd / max(1, num_layers), tuple(base), tuple(saved),
                          tuple(transient))
 

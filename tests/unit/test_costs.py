@@ -254,6 +254,37 @@ def test_the_fused_loss_keeps_model_dtype_logits_and_writes_one_gradient():
     assert fused.compute_s(OpKind.B, body) == torch_loss.compute_s(OpKind.B, body)
 
 
+@pytest.mark.parametrize("loss_kernel", ["torch", "fused"])
+def test_full_recompute_runs_the_loss_backward_before_it_rebuilds_a_layer(loss_kernel):
+    # Megatron's full recompute on the head stage: the backward runs the loss first, then
+    # rebuilds and backwards the layers one at a time, so the peak above static is every
+    # layer's input, the embedding input and kept logits, and the larger of the loss's
+    # backward and (one layer's activations + its gradients). ltsim had held that layer's
+    # activations beside the loss: 1.3 GB (7.8%) too much at 8K tokens (a closed-form review)
+    import ltsim.memory as mem
+    from ltsim.parallel import ParallelConfig
+    from ltsim.sim.engine import Engine
+    from ltsim.strategies import get_strategy
+    from ltsim.strategies.base import PlanContext
+
+    spec, tokens = get_model("qwen2.5-7b"), 8192
+    cost = _by_kernel(spec, "loss_kernel", (loss_kernel,), gpus=1)[loss_kernel]
+    par = ParallelConfig(recompute="full")
+    megatron = get_strategy("megatron-1f1b")
+    plan = megatron.plan((tokens,), PlanContext(model=spec, parallel=par, cost=cost),
+                         megatron.parse({}))
+    trace = Engine(cost).run(plan)
+    inputs = mem.activation_bytes_per_token(spec, par, num_layers=spec.num_layers,
+                                            recompute="full")
+    kept = (mem.embedding_bytes_per_token(spec, par)
+            + mem.logits_bytes_per_token(spec, par, loss_kernel=loss_kernel))
+    layer = (mem.activation_bytes_per_token(spec, par, num_layers=1, recompute="none")
+             + mem.backward_working_bytes_per_token(spec, par))
+    loss = mem.loss_working_bytes_per_token(spec, par, backward=True, loss_kernel=loss_kernel)
+    expected = tokens * (inputs + kept + max(layer, loss))
+    assert trace.peak_memory_bytes()[0] - trace.static_bytes[0] == pytest.approx(expected, abs=64)
+
+
 def test_a_preset_with_other_widths_takes_no_whole_op_times_of_its_namesake():
     # cpu-ci's whole-op rows timed llama-tiny; llama-tiny with a 256K vocabulary kept the name,
     # and its residual (the measured time less this shape's kernels) cancelled most of the LM

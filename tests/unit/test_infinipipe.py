@@ -344,12 +344,15 @@ def _simulated(*sets):
 
 def test_auto_slices_search_on_while_no_count_fits():
     # at 786,432 tokens no N fits the planner's memory model: the search stopped two N past the
-    # first and ran N = 12, which does not fit; every layer checkpointed at N = 64 does
+    # first and ran N = 12, for which no checkpointing fits; every layer checkpointed at N = 64
+    # does. (The simulated N = 12 plan, every layer checkpointed, fits by 0.7 GiB since the head
+    # stage's loss no longer meets a rebuilt layer: the planner still counts each chunk's logits
+    # at full checkpointing, which no chunk then keeps, docs/design-notes.md)
     one = ("workload.lengths=[786432]", "workload.num_batches=1", "workload.max_length=0")
     auto = _simulated(*one)
     assert auto.fits and auto.strategy_options["num_slices"] > 14
     fixed = _simulated(*one, "strategy.num_slices=12")
-    assert not fixed.fits
+    assert fixed.strategy_options["all_solved"] is False
 
 
 def test_auto_slices_price_the_zero3_gathers_short_chunks_wait_for():
