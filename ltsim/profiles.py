@@ -108,6 +108,9 @@ class CollectiveLookup:
         for (op, scope, group), (xs, ys) in sorted(points.items()):
             self._curves.setdefault((op, scope), {})[group] = MonotoneCurve.fit(xs, ys)
 
+    def has(self, op: str, scope: str) -> bool:
+        return (OP_ALIASES.get(op, op), scope) in self._curves
+
     def _source(self, op: str, scope: str, notes: Notes) -> tuple[str, str, float]:
         scopes = (scope, "inter" if scope == "intra" else "intra")
         for s in scopes:
@@ -371,6 +374,10 @@ class Profile:
         except KeyError:
             raise ProfileError(f"{self.path}: collectives.csv has no {name} or all_reduce rows. "
                                "Fix: re-run the profiler with collectives") from None
+
+    def has_collective_rows(self, op: str, scope: str) -> bool:
+        """Whether collectives.csv has rows of ``op`` in ``scope`` itself (not derived)."""
+        return self._collectives is not None and self._collectives.has(op, scope)
 
     # -- warnings -----------------------------------------------------------------------------
     def warnings(self) -> list[str]:

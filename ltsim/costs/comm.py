@@ -14,6 +14,15 @@ Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V wi
 - "d2h" / "h2d" copies: the buffer's bytes (buffer_bytes of a Buffer of that kind) over the host
   link, pageable or pinned (``comm.pinned``), as the profile measured it (costs/host.py).
 The group spans GPUs ``comm.gpus``: one node's GPUs -> the "intra" rows, else "inter".
+
+An inter-node collective is never faster than its ranks' network cards allow. A group of n ranks
+over N nodes has g = ceil(n / N) ranks, so g cards, per node, and a ring moves bus_factor x
+bytes through every node's cards (nccl-tests' bus bandwidth; an all-to-all (n - g) / n x bytes,
+what leaves the node): at least one card's point-to-point time (the profile's inter-node
+send_recv rows) for 1/g of that. The tables hold one group's measurement (Skrull's Table 5: 32
+ranks, 8 a node) and other sizes keep its bus bandwidth (profiles.CollectiveLookup), which a group
+of one rank a node, whose traffic all goes through one card (tp = 8 and the data-parallel group
+across nodes), cannot reach.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from ltsim.hardware import ClusterSpec
 from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
 from ltsim.model import ModelSpec
 from ltsim.plan import Buffer, Comm
-from ltsim.profiles import Profile
+from ltsim.profiles import Profile, bus_factor
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
@@ -47,10 +56,16 @@ class CommCosts:
         gpn = self.cluster.gpus_per_node
         return "intra" if comm.gpus[0] // gpn == comm.gpus[1] // gpn else "inter"
 
-    def scopes(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-        """``scope`` of comms spanning GPUs ``low``..``high``, as 0 (intra) or 1 (inter)."""
+    def nodes(self, comm: Comm) -> int:
+        """How many nodes the GPUs ``comm.gpus`` span (1: intra-node)."""
         gpn = self.cluster.gpus_per_node
-        return (low // gpn != high // gpn).astype(np.int64)
+        return comm.gpus[1] // gpn - comm.gpus[0] // gpn + 1
+
+    def scopes(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """What ``key`` reads of comms spanning GPUs ``low``..``high``: the nodes spanned less
+        one (0: intra-node)."""
+        gpn = self.cluster.gpus_per_node
+        return (high // gpn - low // gpn).astype(np.int64)
 
     def key(self, comm: Comm) -> tuple:
         """What time_s reads: a copy its buffer's work (shape, not chunk number), any other comm its
@@ -62,16 +77,30 @@ class CommCosts:
             return (comm.collective, "act", work.num_tokens, work.split, comm.group_size,
                     comm.steps, self.scope(comm))
         return (comm.collective, comm.tensor, work.num_tokens, work.num_layers, work.split,
-                work.embed, work.head, comm.group_size, comm.steps, self.scope(comm))
+                work.embed, work.head, comm.group_size, comm.steps, self.nodes(comm))
 
     def time_s(self, comm: Comm) -> float:
         if comm.collective in ("d2h", "h2d"):
             return self.copy_s(comm)
         nbytes, repeats = self.payload(comm)
         size = 2 if comm.collective == "send_recv" else comm.group_size
-        one = self.profile.collective_time_s(comm.collective, group_size=size,
-                                             scope=self.scope(comm), num_bytes=int(nbytes))
+        scope = self.scope(comm)
+        one = self.profile.collective_time_s(comm.collective, group_size=size, scope=scope,
+                                             num_bytes=int(nbytes))
+        if scope == "inter" and comm.collective != "send_recv":
+            one = max(one, self._cards_s(comm.collective, size, self.nodes(comm), nbytes))
         return repeats * one
+
+    def _cards_s(self, op: str, n: int, nodes: int, nbytes: float) -> float:
+        """The least time of an inter-node collective of ``n`` ranks over ``nodes`` nodes: one
+        card's point-to-point time for its share of what leaves each node (module docstring);
+        0 when the profile has no inter-node send_recv rows."""
+        if not self.profile.has_collective_rows("send_recv", "inter"):
+            return 0.0
+        per_node = -(-n // nodes)
+        leaving = (n - per_node) / n if op == "all_to_all" else bus_factor(op, n)
+        return self.profile.collective_time_s("send_recv", group_size=2, scope="inter",
+                                              num_bytes=int(leaving * nbytes / per_node))
 
     def payload(self, comm: Comm) -> tuple[float, int]:
         """(bytes of one collective call, number of calls)."""

@@ -226,6 +226,41 @@ def test_the_ring_exchange_moves_the_kv_heads_a_rank_holds():
         assert nbytes == 8192 / 2 * 2 * heads * m.head_dim * 2  # T/cp tokens, K and V, bf16
 
 
+def test_an_inter_node_collective_is_no_faster_than_its_ranks_network_cards():
+    # the H100 tables' inter-node collectives are Skrull's 32 ranks, 8 a node (about 172 GB/s
+    # bus bandwidth); rescaled to two ranks, one a node, they read 6 ms for a 1 GiB all-reduce,
+    # which the one card each rank has moves in 30 ms (the profile's own inter-node send_recv).
+    # A group is priced at least one card's time for its share of what leaves each node
+    spec = get_model("qwen2.5-7b")
+    cost = TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"), num_nodes=4,
+                                            gpus_per_node=8))
+    profile = cost._comm.profile
+    params = Work(chunk=0, slices=(), layers=(0, spec.num_layers), split=Split(tp=8))
+    nbytes, _ = cost._comm.payload(Comm("all_reduce", "grads", params, group_size=2))
+
+    def comm_s(op, n, gpus):
+        return cost.comm_s(Comm(op, "grads", params, group_size=n, gpus=gpus))
+
+    def card_s(moved):
+        return profile.collective_time_s("send_recv", group_size=2, scope="inter",
+                                         num_bytes=int(moved))
+
+    table = profile.collective_time_s("all_reduce", group_size=2, scope="inter",
+                                      num_bytes=int(nbytes))
+    one_a_node = comm_s("all_reduce", 2, (0, 15))  # tp 8: a rank on each of two nodes
+    assert one_a_node == pytest.approx(card_s(nbytes)) and one_a_node > 3 * table
+    four = comm_s("reduce_scatter", 4, (0, 15))  # two a node: each card carries 3/4 x B / 2
+    assert four == pytest.approx(card_s(0.75 * nbytes / 2))
+    everyone = comm_s("all_reduce", 32, (0, 31))  # Skrull's own group: its rows stand
+    assert everyone == pytest.approx(profile.collective_time_s(
+        "all_reduce", group_size=32, scope="inter", num_bytes=int(nbytes)))
+    assert everyone > card_s(2 * 31 / 32 * nbytes / 8)
+    # the price key tells the spans apart (one node, two, four)
+    keys = {cost.comm_key(Comm("all_reduce", "grads", params, group_size=n, gpus=gpus))
+            for n, gpus in ((8, (0, 7)), (2, (0, 15)), (4, (0, 31)))}
+    assert len(keys) == 3
+
+
 def test_the_fused_loss_keeps_model_dtype_logits_and_writes_one_gradient():
     # flash-attn's CrossEntropyLoss (v1.0.3, llm-foundry's MPT default) saves its bf16 input
     # logits and the fp32 log-sum-exp, and returns the logits' gradient in bf16: 2 + 2 B per
