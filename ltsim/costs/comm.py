@@ -7,7 +7,8 @@ Bytes per GPU, e = dtype bytes, T = the work's tokens, h hidden, kv_h the K/V wi
   (cp - 1 steps forward, twice that backward as dK/dV travel too), times the work's layers;
 - "qkvo" (Ulysses): per layer, all-to-alls of Q, K, V in and the output back,
   T/cp x (2h + 2 kv_h)/tp x e, times the layers, with K/V heads replicated up to tp x cp when the
-  model has fewer (ALST's rule, PAPERS.md 6.4: (s/SP)(h_q + 2 max(h_kv, SP) d) 2 B with h_q + out);
+  model has fewer (ALST's rule, PAPERS.md 6.4: (s/SP)(h_q + 2 max(h_kv, SP) d) 2 B with h_q + out),
+  priced as the four calls they are (``_calls``);
 - "grads": the layers' trained parameters (all, or LoRA's adapters) in fp32 (Megatron's main
   gradients), reduce-scatter (ZeRO >= 1) or all-reduce; "model_grads": the same in the model dtype (``parallel.grad_dtype = "model"``);
   "params": the parameters in the model dtype, all-gather (ZeRO's gathers);
@@ -85,11 +86,25 @@ class CommCosts:
         nbytes, repeats = self.payload(comm)
         size = 2 if comm.collective == "send_recv" else comm.group_size
         scope = self.scope(comm)
-        one = self.profile.collective_time_s(comm.collective, group_size=size, scope=scope,
-                                             num_bytes=int(nbytes))
-        if scope == "inter" and comm.collective != "send_recv":
-            one = max(one, self._cards_s(comm.collective, size, self.nodes(comm), nbytes))
+        one = 0.0
+        for part in self._calls(comm, nbytes):
+            call = self.profile.collective_time_s(comm.collective, group_size=size, scope=scope,
+                                                  num_bytes=int(part))
+            if scope == "inter" and comm.collective != "send_recv":
+                call = max(call, self._cards_s(comm.collective, size, self.nodes(comm), part))
+            one += call
         return repeats * one
+
+    def _calls(self, comm: Comm, nbytes: float) -> tuple[float, ...]:
+        """The bytes of each collective call one exchange makes: Ulysses' four all-to-alls
+        (Q, K, V in and the output back, each its own call with its own latency: DeepSpeed's
+        and ALST's layers call them one by one), else one call of every byte."""
+        if comm.tensor != "qkvo":
+            return (nbytes,)
+        m, split = self.model, comm.work.split
+        kv = max(m.num_kv_heads, split.tp * split.cp) * m.head_dim
+        q = m.hidden_size / (2 * m.hidden_size + 2 * kv) * nbytes
+        return q, (nbytes - 2 * q) / 2, (nbytes - 2 * q) / 2, q
 
     def _cards_s(self, op: str, n: int, nodes: int, nbytes: float) -> float:
         """The least time of an inter-node collective of ``n`` ranks over ``nodes`` nodes: one

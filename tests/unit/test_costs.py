@@ -261,6 +261,29 @@ def test_an_inter_node_collective_is_no_faster_than_its_ranks_network_cards():
     assert len(keys) == 3
 
 
+def test_ulysses_makes_four_all_to_alls_a_layer_each_with_its_latency():
+    # DeepSpeed's and ALST's Ulysses layers call all-to-all for Q, K and V and the output back,
+    # one by one: four latencies a layer, not one (a review: at 8K tokens over 32 layers one
+    # call of every byte read 2.2 ms against 3.6)
+    spec = get_model("llama-3.1-8b")
+    cost = TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"), gpus_per_node=8))
+    profile = cost._comm.profile
+    work = _work(8192, Split(cp=8, cp_kind="ulysses"), layers=(0, 32))
+    comm = Comm("all_to_all", "qkvo", work, group_size=8, gpus=(0, 7))
+    nbytes, calls = cost._comm.payload(comm)
+    q = 8192 / 8 * spec.hidden_size * 2  # bf16 Q (and output) of the rank's tokens
+    kv = (nbytes - 2 * q) / 2  # K and V heads, replicated up to the 8 ranks
+    assert kv == 8192 / 8 * max(spec.num_kv_heads, 8) * spec.head_dim * 2
+
+    def one(size):
+        return profile.collective_time_s("all_to_all", group_size=8, scope="intra",
+                                         num_bytes=int(size))
+
+    assert calls == 32
+    assert cost.comm_s(comm) == pytest.approx(calls * (2 * one(q) + 2 * one(kv)))
+    assert cost.comm_s(comm) > 1.5 * calls * one(nbytes)  # latency-bound at this size
+
+
 def test_the_fused_loss_keeps_model_dtype_logits_and_writes_one_gradient():
     # flash-attn's CrossEntropyLoss (v1.0.3, llm-foundry's MPT default) saves its bf16 input
     # logits and the fp32 log-sum-exp, and returns the logits' gradient in bf16: 2 + 2 B per
