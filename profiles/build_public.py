@@ -142,8 +142,27 @@ def h100_collectives() -> pd.DataFrame:
     nvlink4 = pub.mleng_points("8x H200 (NVLink 4, NVSwitch)", algo_note="default (NVLS from 2MiB)")
     all_reduce = _extended(ar, shape=tb.busbw_curve(nvlink4))
     skrull = _extended(pub.skrull_points())
-    return pd.concat([all_reduce, _half(all_reduce), _extended(sr), skrull,
+    # 8 ranks in a node: all_gather / reduce_scatter / all_to_all meet the published 16 GiB
+    # ring points of the same NVLink 4 switch (ml-engineering's 8 x H200, as the h200 profile):
+    # half the NVLS all_reduce would read up to 508 GB/s of bus bandwidth, above NVLink 4's 450
+    derived = _half(all_reduce)
+    at8 = (derived.scope == "intra") & (derived.group_size == 8)
+    scale = _nvlink4_ring_scale(all_reduce[(all_reduce.scope == "intra")
+                                           & (all_reduce.group_size == 8)])
+    derived.loc[at8, "time_s"] = derived.time_s[at8] * derived.op[at8].map(scale)
+    return pd.concat([all_reduce, derived, _extended(sr), skrull,
                       _rescaled_groups(skrull, (16, 64))], ignore_index=True)
+
+
+def _nvlink4_ring_scale(all_reduce8: pd.DataFrame) -> dict[str, float]:
+    """Per op, the published 8-rank NVLink 4 ring time at 16 GiB over half the 8-rank
+    all_reduce's there (all_to_all: the mean of the two), which ``_half`` multiplies by."""
+    ag_rs = pub.mleng_points("8x H200 (NVLink 4), single node")
+    ag_rs = ag_rs[ag_rs.op != "all_reduce"]
+    top = all_reduce8[all_reduce8.bytes == ag_rs.bytes.max()].time_s.iloc[0]
+    scale = {op: float(ag_rs[ag_rs.op == op].time_s.iloc[0]) / (0.5 * top) for op in ag_rs.op}
+    scale["all_to_all"] = sum(scale.values()) / len(scale)
+    return scale
 
 
 def h200_collectives(h100: pd.DataFrame) -> pd.DataFrame:
@@ -159,10 +178,7 @@ def h200_collectives(h100: pd.DataFrame) -> pd.DataFrame:
     all_reduce = pd.concat([all_reduce8, _extended(g4),
                             _extended(borrowed[borrowed.group_size == 2], shape=tb.busbw_curve(sweep))],
                            ignore_index=True)
-    top = all_reduce8[all_reduce8.bytes == ag_rs.bytes.max()].time_s.iloc[0]
-    scale = {op: float(ag_rs[ag_rs.op == op].time_s.iloc[0]) / (0.5 * top) for op in ag_rs.op}
-    scale["all_to_all"] = sum(scale.values()) / len(scale)
-    derived8 = _half(all_reduce8, scale)
+    derived8 = _half(all_reduce8, _nvlink4_ring_scale(all_reduce8))
     derived8 = derived8[~(derived8.op.isin(ag_rs.op) & (derived8.bytes == ag_rs.bytes.max()))]
     rest = h100[(h100.op == "send_recv") | (h100.scope == "inter")]
     rest = rest.assign(source="borrowed-h100/" + rest.source)
@@ -239,13 +255,21 @@ def build_h100() -> dict[str, pd.DataFrame]:
                     "Skrull all_reduce 1 GiB on 32 GPUs -> busbw "
                     f"{2 * 31 / 32 * 2**30 / 12126e-6 / GB:.0f} GB/s; Galvatron 2 nodes x 8 "
                     f"(A100-class) all_reduce busbw {cross['2node:allreduce_size_16_consec_1']:.1f}"
-                    f" GB/s, p2p {cross['2node:pp_size_2']:.1f} GB/s"))},
+                    f" GB/s, p2p {cross['2node:pp_size_2']:.1f} GB/s"), calibration=(
+                    "all_gather/reduce_scatter/all_to_all at 8 ranks = 0.5 x NVLS all_reduce x "
+                    f"{ {k: round(v, 3) for k, v in _scale_at_8(tables['collectives']).items()} } "
+                    "to meet ml-engineering's published 16 GiB ring points of 8 x H200, the same "
+                    "NVLink 4 switch (all_to_all: their mean)"))},
         command="python profiles/build_public.py --only h100",
-        notes="fa3 is the default attention kernel; fa2 rows are the FA3 paper's FlashAttention-2 "
+        notes="Public-data-only H100 profile (the h100-sxm5-80gb preset's default until "
+              "2026-11-23; select it with hardware.profile = \"h100-sxm5-80gb-public\"). "
+              "fa3 is the default attention kernel; fa2 rows are the FA3 paper's FlashAttention-2 "
               "bars. Causal backward is not in the FA3 paper: derived (analytic:causal-bwd). "
               "head_dim 256 backward is not tabulated: lookups scale head_dim 128 in proportion. "
-              "Intra-node all_to_all uses 0.5 x all_reduce; on A100 Galvatron measured all2all "
-              "7-27% slower than that rule at >= 64 MiB (validation/profiles/interpolation.md).")
+              "Intra-node all_gather/reduce_scatter/all_to_all use 0.5 x all_reduce, at 8 ranks "
+              "scaled to the published NVLink 4 ring points (tables.collectives.calibration); on "
+              "A100 Galvatron measured all2all 7-27% slower than that rule at >= 64 MiB "
+              "(validation/profiles/interpolation.md).")
     return {"meta": meta, **tables}
 
 
@@ -268,7 +292,7 @@ def build_h200(h100: dict) -> dict[str, pd.DataFrame]:
                     "from h100-sxm5-80gb-public: all_reduce groups 2 and 4 up to 64 MiB, send_recv, and "
                     "every inter-node row"), calibration=(
                     "all_gather/reduce_scatter at 8 ranks = 0.5 x NVLS all_reduce x "
-                    f"{ {k: round(v, 3) for k, v in _h200_scale(collectives).items()} } "
+                    f"{ {k: round(v, 3) for k, v in _scale_at_8(collectives).items()} } "
                     "to meet the published 16 GiB ring points"))},
         command="python profiles/build_public.py --only h200",
         notes="Compute tables are H100's (see tables.*.borrowed); memory 141 GB (hardware.py). "
@@ -278,7 +302,7 @@ def build_h200(h100: dict) -> dict[str, pd.DataFrame]:
     return {"meta": meta, **tables}
 
 
-def _h200_scale(collectives: pd.DataFrame) -> dict[str, float]:
+def _scale_at_8(collectives: pd.DataFrame) -> dict[str, float]:
     pts = collectives[(collectives.group_size == 8) & (collectives.bytes == 2**34)]
     ar = float(pts[pts.op == "all_reduce"].time_s.iloc[0])
     return {op: float(pts[pts.op == op].time_s.iloc[0]) / (0.5 * ar)
