@@ -28,7 +28,8 @@ and searches its cap, ``workload.max_length``, with the sequences over the cap t
 (``overlong = "truncate"``: every cap sees the same draws, so a longer cap never holds less): the
 answer is the longest cap at which every sampled global batch fits, at most the distribution's
 own longest sequence (rounded up to the step), past which every cap draws the same batches. The
-time per token is then the iteration time over the batch's tokens. The sampled batches may hold
+time per token is then the iteration time over the batch's tokens, as it is over the replicas'
+sequences in the default mode. The sampled batches may hold
 no sequence near the cap (a long-tailed distribution draws few): when one sequence of the
 answer's length per replica does not fit alone, the answer's note says so.
 """
@@ -69,7 +70,7 @@ class Point:
     limit: str = ""  # "device" or "host" when it does not fit; "plan" when planning refused it
     reason: str = ""
     terms: dict[str, int] = field(default_factory=dict)
-    tokens: int = 0  # tokens per replica (one sequence) or per global batch (workload mode)
+    tokens: int = 0  # tokens of a global batch: a sequence per replica (or the workload's batch)
 
     @property
     def time_per_token_s(self) -> float:
@@ -182,8 +183,7 @@ def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequ
         limit = "device"
     elif terms["host"] > result.host_memory_limit_bytes:
         limit = "host"
-    tokens = (sum(b.num_tokens for b in result.batches) // len(result.batches)
-              if mode == "workload" else length)
+    tokens = sum(b.num_tokens for b in result.batches) // len(result.batches)  # every replica's
     return Point(length=length, fits=result.fits,
                  iteration_time_s=float(result.iteration_times_s.mean()), peak_bytes=max(peaks),
                  limit=limit, reason=result.fit_reason, terms=terms, tokens=tokens)

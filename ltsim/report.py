@@ -178,8 +178,12 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
     dicts = [a.to_dict() for a in answers]
     time, memory = _formats(dicts)
     for answer, d in zip(answers, dicts):
-        terms = sorted(d["terms_bytes"].items(), key=lambda kv: -kv[1])
-        d["top_terms"] = ", ".join(f"{k} {memory(v)}" for k, v in terms[:3] if v)
+        # the device's terms (what "binds" names), host memory after them, apart
+        host = d["terms_bytes"].get("host", 0)
+        terms = sorted(((k, v) for k, v in d["terms_bytes"].items() if k != "host"),
+                       key=lambda kv: -kv[1])
+        d["top_terms"] = ", ".join(f"{k} {memory(v)}" for k, v in terms[:3] if v) + (
+            f"; host {memory(host)}" if host else "")
         d["label"] = answer.strategy + (" " + _options(answer.options) if answer.options else "")
         rows.append(d)
     columns = (("label", "strategy", str), ("max_length", "max length", lambda x: f"{x:,}"),

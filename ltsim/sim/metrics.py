@@ -104,12 +104,13 @@ class Result:
             if self.unit_costs:  # the unit preset's memory is in tokens of activation
                 return (f"device {worst} needs {peaks[worst]:,} tokens, the limit is "
                         f"{self.memory_limit_bytes:,} tokens")
-            return (f"device {worst} needs {peaks[worst] / 2**30:.1f} GiB, the limit is "
-                    f"{self.memory_limit_bytes / 2**30:.1f} GiB")
+            need, limit = _apart(peaks[worst], self.memory_limit_bytes)
+            return f"device {worst} needs {need} GiB, the limit is {limit} GiB"
         host = self.peak_host_memory_bytes_per_device
         worst = int(np.argmax(host))
-        return (f"device {worst} needs {host[worst] / 2**30:.1f} GiB of host memory, the limit is "
-                f"{self.host_memory_limit_bytes / 2**30:.1f} GiB per GPU")
+        need, limit = _apart(host[worst], self.host_memory_limit_bytes)
+        return (f"device {worst} needs {need} GiB of host memory, the limit is {limit} GiB "
+                "per GPU")
 
     def to_dict(self) -> dict[str, Any]:
         times = self.iteration_times_s
@@ -162,3 +163,13 @@ def percentile(values, q: float) -> float:
     a, b = ordered[low], ordered[low + 1]
     t, d = index - low, ordered[low + 1] - ordered[low]
     return float(b - d * (1 - t) if t >= 0.5 else a + d * t)  # numpy's _lerp
+
+
+def _apart(need: float, limit: float) -> tuple[str, str]:
+    """Two byte counts in GiB with the fewest decimals (1 to 4) that tell them apart: a need just
+    over its limit read "needs 21.9 GiB, the limit is 21.9 GiB"."""
+    for digits in range(1, 5):
+        texts = (f"{need / 2**30:.{digits}f}", f"{limit / 2**30:.{digits}f}")
+        if texts[0] != texts[1]:
+            break
+    return texts

@@ -40,6 +40,17 @@ def test_quickstart_answer_fits_and_the_next_step_does_not(quickstart):
     assert answer.at.time_per_token_s > 0
 
 
+def test_time_per_token_counts_every_replicas_sequence(quickstart):
+    # a step trains one sequence per replica: at dp 2 twice the tokens of one (the default mode
+    # had divided by one replica's, dp times the --workload mode's time per token)
+    scenario = build_scenario({**quickstart.raw, "parallel": {**quickstart.raw["parallel"],
+                                                             "tp": 2, "dp": 2}},
+                              source=quickstart.source)
+    point = evaluate(scenario, 16384, make_cost_model(scenario))
+    assert point.tokens == 2 * 16384
+    assert point.time_per_token_s == pytest.approx(point.iteration_time_s / (2 * 16384))
+
+
 def test_a_chunked_strategy_answers_a_length_every_shorter_one_fits_at(quickstart):
     # ChunkFlow's peak rises as a sequence's last chunk fills and falls past each chunk's end:
     # a length past a failing chunk end can fit alone, and bisection with a step off the chunk
