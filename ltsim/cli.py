@@ -455,6 +455,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     for r in rows:
         for problem in r["problems"]:
             print(f"FAIL {r['name']}: {problem}")
+        for note in r.get("notes", ()):
+            print(f"note {r['name']}: {note}")
     if args.update:
         print(f"recorded {len(rows)} speedups in {args.file}")
     return EXIT_OK if all(r["ok"] for r in rows) else EXIT_CHECK_FAILED

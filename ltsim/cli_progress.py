@@ -95,11 +95,13 @@ def maxlen_progress(strategy: str, started_s: float, after_s: float = 2.0):
 
 def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int], None]:
     """A sweep's progress on stderr, ``show(done, total)``: a tqdm bar on a terminal, otherwise
-    a line at every tenth of the points (and the last) for sweeps of 20 points or more, and a
-    line per point for shorter ones once the sweep has run ``after_s`` (19 InfiniPipe points ran
-    minutes without a word). Off a terminal a long sweep also gets a line at least every
-    ``EVERY_S`` of points finishing, and each line before the last the time left at the pace so
-    far (a grid of 90,000 points at 0.5 s each said nothing for its first 9,000)."""
+    nothing in the sweep's first ``after_s`` (a sweep of a second stays quiet, as DESIGN.md's
+    command line does off a terminal; one of 20 points printed 11 lines), then a line at every
+    tenth of the points (and the last) for sweeps of 20 points or more, and a line per point for
+    shorter ones (19 InfiniPipe points ran minutes without a word). Off a terminal a long sweep
+    also gets a line at least every ``EVERY_S`` of points finishing, and each line before the
+    last the time left at the pace so far (a grid of 90,000 points at 0.5 s each said nothing
+    for its first 9,000)."""
     if sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -118,9 +120,9 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
     def show_lines(done: int, total: int) -> None:
         elapsed = time.perf_counter() - started_s
         last, step = shown[0], max(1, total // 10)
-        if done == last:
+        if done == last or elapsed < after_s:
             return
-        if (done > 0 and elapsed >= after_s if total < 20
+        if (done > 0 if total < 20
                 else done == total or done // step != last // step or last < 0
                 or elapsed - shown[1] >= EVERY_S):
             shown[0], shown[1] = done, elapsed

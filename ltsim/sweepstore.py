@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS results (
     scenario TEXT NOT NULL,      -- fingerprint of the base scenario (sha256 of its TOML)
     point TEXT NOT NULL,         -- canonical JSON of the overrides
     result TEXT NOT NULL,        -- JSON of the result row
-    created_s REAL NOT NULL DEFAULT (julianday('now')),
+    created_s REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0),  -- Unix time
     inputs TEXT NOT NULL DEFAULT '',  -- input_digest: length file, profile tables, ltsim
     PRIMARY KEY (scenario, point)
 )

@@ -219,6 +219,20 @@ def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored
     assert "stale" not in again.err  # its inputs did not change (it said so: a probe)
 
 
+def test_a_stored_row_records_when_in_unix_seconds(tmp_path, capsys):
+    # the column is created_s; it held julianday('now'), days since 4714 BC (a review)
+    import sqlite3
+    import time
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    before = time.time()
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db)]) == 0
+    with sqlite3.connect(db) as connection:
+        stamps = [row[0] for row in connection.execute("SELECT created_s FROM results")]
+    assert len(stamps) == 2 and all(before - 5 < s < time.time() + 5 for s in stamps)
+
+
 def test_a_damaged_store_is_bad_input(tmp_path, capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     db = tmp_path / "s.sqlite"
@@ -353,6 +367,20 @@ set = ["hardware.memory_limit_gib=1e-9"]
     out = capsys.readouterr().out
     assert "candidate does not fit" in out and "drifts" not in out
     assert "expected_speedup = 1.2174" in path.read_text()
+
+
+def test_check_notes_a_baseline_that_does_not_fit(tmp_path, capsys):
+    # it passed without a word (a review): the speedup was over a run that would not start
+    path = tmp_path / "r.toml"
+    path.write_text(f'''[[case]]
+name = "big baseline"
+baseline = "{REPO}/scenarios/chunkflow/qwen2.5-14b-32k-megatron.toml"
+candidate = "{REPO}/scenarios/chunkflow/qwen2.5-14b-32k-chunkflow.toml"
+set = ["hardware.memory_limit_gib=40"]
+''')
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note big baseline: baseline does not fit (device" in out and "FAIL" not in out
 
 
 def test_check_names_the_case_whose_plan_is_refused(tmp_path, capsys):
@@ -648,19 +676,21 @@ def test_output_to_a_full_disk_is_one_line_not_a_traceback(argv, full):
 
 
 def test_sweep_progress_off_a_terminal(capsys):
-    """A line per tenth of the points from 20 points; a shorter sweep says nothing in its first
-    2 s, then a line per point (19 InfiniPipe points ran minutes without a word)."""
+    """Nothing in a sweep's first 2 s (a 20-point sweep of a second printed 11 lines); then a
+    line per tenth of the points from 20 points, a line per point below (19 InfiniPipe points
+    ran minutes without a word)."""
     import time
 
     from ltsim.cli_progress import progress_bar
 
-    quick, slow, long = (progress_bar(time.perf_counter()), progress_bar(time.perf_counter() - 5),
-                         progress_bar(time.perf_counter()))
+    quick, slow = progress_bar(time.perf_counter()), progress_bar(time.perf_counter() - 5)
+    quick_long, long = progress_bar(time.perf_counter()), progress_bar(time.perf_counter() - 5)
     for done in range(6):
         quick(done, 5)
         slow(done, 5)
     slow(5, 5)
     for done in range(41):
+        quick_long(done, 40)
         long(done, 40)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(",")[0] for line in lines] == (
@@ -679,15 +709,15 @@ def test_a_long_sweep_off_a_terminal_says_how_long_is_left(capsys, monkeypatch):
         clock[0] = done * 0.5
         show(done, 90_000)
     assert capsys.readouterr().err.splitlines() == [
-        "sweep: 0/90000 points, 0 s",
-        "sweep: 120/90000 points, 60 s, about 12.5 h left",
-        "sweep: 240/90000 points, 120 s, about 12.5 h left"]
+        "sweep: 4/90000 points, 2 s, about 12.5 h left",
+        "sweep: 124/90000 points, 62 s, about 12.5 h left",
+        "sweep: 244/90000 points, 122 s, about 12.5 h left"]
     show = cli_progress.progress_bar(0.0)
     for done, at in ((0, 0.0), (10, 50.0), (20, 61.0), (40, 70.0)):
         clock[0] = at
         show(done, 40)
     assert capsys.readouterr().err.splitlines() == [
-        "sweep: 0/40 points, 0 s", "sweep: 10/40 points, 50 s, about 2 min left",
+        "sweep: 10/40 points, 50 s, about 2 min left",
         "sweep: 20/40 points, 61 s, about 61 s left", "sweep: 40/40 points, 70 s"]
 
 
