@@ -3,7 +3,8 @@ PAPERS.md section 5), and the chunk schedule it shares with SpaCO (spaco.py).
 
 Every sequence is cut into chunks of ``chunk_size`` tokens (the last one shorter). Algorithm 1:
 forward all chunks of the sequence in order without autograd, keeping only each chunk's K/V (the
-"KV cache" m'_i the later chunks attend to) and, on stages after the first, its stage input; then,
+"KV cache" m'_i the later chunks attend to) and its stage input (on the first stage counted at
+the hidden width too, where the real input is the token ids: about 2% of its peak); then,
 from the last chunk down to the first, forward the chunk again with its graph (an R op) and run its
 backward, which adds dK/dV to the cached K/V of every earlier chunk; a chunk's backward sends that
 accumulated gradient through its own rebuilt graph (m_i.grad <- m'_i.grad). Descending order is
