@@ -372,12 +372,10 @@ set = ["hardware.memory_limit_gib=1e-9"]
 def test_check_notes_a_baseline_that_does_not_fit(tmp_path, capsys):
     # it passed without a word (a review): the speedup was over a run that would not start
     path = tmp_path / "r.toml"
-    path.write_text(f'''[[case]]
-name = "big baseline"
-baseline = "{REPO}/scenarios/chunkflow/qwen2.5-14b-32k-megatron.toml"
-candidate = "{REPO}/scenarios/chunkflow/qwen2.5-14b-32k-chunkflow.toml"
-set = ["hardware.memory_limit_gib=40"]
-''')
+    pair = {side: f"{REPO}/scenarios/chunkflow/qwen2.5-14b-32k-{strategy}.toml"
+            for side, strategy in (("baseline", "megatron"), ("candidate", "chunkflow"))}
+    path.write_text(f'[[case]]\nname = "big baseline"\nbaseline = "{pair["baseline"]}"\n'
+                    f'candidate = "{pair["candidate"]}"\nset = ["hardware.memory_limit_gib=40"]\n')
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "note big baseline: baseline does not fit (device" in out and "FAIL" not in out
