@@ -67,23 +67,26 @@ def dacp(lengths: Sequence[int], num_ranks: int, capacity: float, load: Callable
     distributed anyway and the placement overflows its bucket (``fits`` False: the paper's OOM).
     """
     n, order = num_ranks, sorted(range(len(lengths)), key=lambda k: (lengths[k], k))
-    remaining, loads = [float(capacity)] * n, [0.0] * n
+    # the buckets in units of 1/N token, so that a distributed sequence's S/N shares add up
+    # exactly (in tokens, 5/3 + 1/3 + ... left 3.9999999999999996 of a bucket a share of 4 needed:
+    # "no placement" on instances that have one, a review)
+    remaining, loads = [capacity * n] * n, [0.0] * n
     ret: dict[int, int] = {}
     rollbacks, i = 0, 0
     while i < len(order):
         k = order[i]
         size = lengths[k]
         rank = _argmin(loads) if placement == "dacp" else _argmax(remaining)
-        if remaining[rank] < size:
+        if remaining[rank] < size * n:
             rank = _argmax(remaining)
-        if remaining[rank] >= size:
+        if remaining[rank] >= size * n:
             ret[k] = rank
-            remaining[rank] -= size
+            remaining[rank] -= size * n
             loads[rank] += load(k)
-        elif remaining[_argmin(remaining)] >= size / n or not rollback:
+        elif remaining[_argmin(remaining)] >= size or not rollback:
             ret[k] = DISTRIBUTED
             for r in range(n):
-                remaining[r] -= size / n
+                remaining[r] -= size
                 loads[r] += load(k) / n
         else:
             tight = _argmin(remaining)
@@ -94,22 +97,23 @@ def dacp(lengths: Sequence[int], num_ranks: int, capacity: float, load: Callable
             rollbacks += 1
             continue  # C4: the same sequence again
         i += 1
-    return Placement(tuple(ret[k] for k in range(len(lengths))), tuple(remaining), rollbacks)
+    return Placement(tuple(ret[k] for k in range(len(lengths))),
+                     tuple(left / n for left in remaining), rollbacks)
 
 
 def _roll_back(victim: int, rank: int, lengths, load, ret, remaining, loads, n: int,
                rule: str) -> None:
-    size = lengths[victim]
+    size = lengths[victim]  # (``remaining`` in units of 1/N token, as dacp keeps it)
     ret[victim] = DISTRIBUTED
     if rule == "printed":  # Algorithm 3 as printed: RB[rank] <- RB[rank] - S + S/N, others untouched
-        remaining[rank] -= size - size / n
+        remaining[rank] -= size * n - size
         loads[rank] -= load(victim) - load(victim) / n
         return
-    remaining[rank] += size - size / n  # C1: frees S - S/N here
+    remaining[rank] += size * n - size  # C1: frees S - S/N here
     loads[rank] -= load(victim) - load(victim) / n
     for r in range(n):  # C2: and charges S/N everywhere else, as UpdateAll does
         if r != rank:
-            remaining[r] -= size / n
+            remaining[r] -= size
             loads[r] += load(victim) / n
 
 

@@ -63,12 +63,16 @@ def add_dp_reduction(draft: Draft) -> Draft:
         sharded = device.zero_stage >= 2 and device.num_shards > 1
         if sharded and single_stage:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
-            reduces = _per_step_reduction(draft, device, compute, chunks_of.get(device.replica, []),
-                                          count, grads, group)
-            if reduces:
-                coll = _merge_by_trigger(draft, coll, reduces, compute,
-                                         chunks_of.get(device.replica, []),
-                                         draft.rows(device.index, "cp"))
+            mine = chunks_of.get(device.replica, [])
+            if device.zero_stage == 2 and device.overlap_grad_reduce:  # no gathers to merge with
+                reduces = _overlapped_step_reduction(draft, device, compute, mine, count, gpus,
+                                                     group)
+                coll += reduces
+            else:
+                reduces = _per_step_reduction(draft, device, compute, mine, count, grads, group)
+                if reduces:
+                    coll = _merge_by_trigger(draft, coll, reduces, compute, mine,
+                                             draft.rows(device.index, "cp"))
         elif sharded:  # sharded gradients in a pipeline
             spans = _backward_spans(draft, compute)
             count = max(len(_backward_spans(draft, draft.rows(d))) for d in group
@@ -181,6 +185,48 @@ def _per_step_reduction(draft: Draft, device: Device, compute: list[int], chunks
         # cannot be waited for before it (a deadlock), so the wait falls away
         if (nxt < len(compute) and draft.get(compute[nxt], "chunk") > chunks[m]
                 and latest == span[1]):
+            draft.add_deps(compute[nxt], (out[-1],))
+    return out
+
+
+def _overlapped_step_reduction(draft: Draft, device: Device, compute: list[int],
+                               chunks: list[int], count: int, gpus: tuple[int, int],
+                               group: tuple[int, ...]) -> list[int]:
+    """ZeRO-2's per-micro-step reduce-scatter with DeepSpeed's ``overlap_comm``, in two parts:
+    the gradients of every layer but the stage's first, started with the micro-step's backward
+    (``dp-grad-m``), then those its backward makes last, the first layer's and the embedding's
+    (``dp-grad-m-last``), after that backward has ended. No reduction ends before every rank of
+    the group has made its gradients, so the next micro-step waits for the slowest rank's
+    backward to end (as DeepSpeed's epilogue waits for the reduction), not just to begin: one
+    overlapped reduction let a short micro-step's rank run ahead while a long one's backward ran
+    (a review: 341 ms against 520 ms without the overlap and 515 ms for equal lengths). The last
+    part is at least the first layer's and embedding's gradients: DeepSpeed's buckets
+    (``reduce_bucket_size``, 5e8 elements) leave at least that to reduce after the backward.
+    A rank without micro-step m joins both parts idle."""
+    first, stop = device.layers
+    split = Split(tp=device.tp)
+    tensor = "grads" if device.grad_dtype == "fp32" else "model_grads"
+    bulk, tail = (draft.comms.of(Comm("reduce_scatter", tensor, Work(
+        chunk=-1, slices=(), layers=layers, split=split, embed=embed, head=head),
+        group_size=device.num_shards, gpus=gpus))
+        for layers, embed, head in (((first + 1, stop), False, device.head),
+                                    ((first, first + 1), device.embed, False)))
+    spans = {chunk: (a, b) for a, b, chunk in _backward_spans(draft, compute)}
+    out: list[int] = []
+    latest = -1
+    for m in range(count):
+        span = spans.get(chunks[m]) if m < len(chunks) else None
+        out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}", _COLL,
+                             comm=bulk, group=group,
+                             start_deps=(compute[span[0]],) if span else ()))
+        out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}-last", _COLL,
+                             comm=tail, group=group, deps=(compute[span[1]],) if span else ()))
+        if span is None:
+            continue
+        latest = max(latest, span[1])
+        nxt = span[1] + 1
+        if (nxt < len(compute) and draft.get(compute[nxt], "chunk") > chunks[m]
+                and latest == span[1]):  # as _per_step_reduction
             draft.add_deps(compute[nxt], (out[-1],))
     return out
 

@@ -35,6 +35,17 @@ def test_golden_dacp_one_rollback_then_distribute():
     assert dacp(SQUARE, 2, 10, lambda k: SQUARE[k] ** 2, rollback_rule="printed") is None
 
 
+def test_dacp_shares_add_up_exactly():
+    # N = 3, C = 6, S = {1, 5, 12}: two rollbacks leave every bucket 4 = 12/3, but in tokens the
+    # thirds summed to 3.9999999999999996 and DACP answered no placement (a review); at 1000x the
+    # tokens too
+    for scale in (1, 1000):
+        lengths = [1 * scale, 5 * scale, 12 * scale]
+        found = dacp(lengths, 3, 6 * scale, lambda k: lengths[k] ** 2)
+        assert found is not None and found.ret == (DISTRIBUTED,) * 3
+        assert found.remaining == (0.0, 0.0, 0.0) and found.rollbacks == 2
+
+
 def test_without_rollback_the_placement_overflows_its_bucket():
     found = dacp(SQUARE, 2, 10, lambda k: SQUARE[k] ** 2, rollback=False)
     assert not found.fits and found.rollbacks == 0
@@ -212,9 +223,26 @@ def test_zero2_reduces_gradients_every_micro_step():
     strategy = get_strategy("deepspeed-cp")
     plan = strategy.plan((8, 8, 8, 8), _ctx(cp=2, dp=2), strategy.parse({"micro_batch_size": 1}))
     names = [op.name for op in plan.program(0, "coll").ops]
-    assert names == ["dp-grad-0", "dp-grad-1", "dp-params"]
+    assert names == ["dp-grad-0", "dp-grad-0-last", "dp-grad-1", "dp-grad-1-last", "dp-params"]
     second_forward = next(op for op in plan.program(0).ops if op.chunk == 1)
-    assert any(dep.name == "dp-grad-0" for dep in second_forward.deps)
+    assert any(dep.name == "dp-grad-0-last" for dep in second_forward.deps)
+
+
+def test_zero2_every_micro_step_waits_for_the_slowest_ranks_backward_to_end():
+    # with overlap_comm the reduce-scatter started with the backward and the next micro-step
+    # waited only for it: the rank of a short micro-step ran ahead while the other's long backward
+    # ran (a review: 341 ms against 516 ms for all-long micro-steps). Its last part, the first
+    # layer's and embedding's gradients, comes after every rank's backward has ended
+    from tests.conftest import unit_ctx, unit_engine
+
+    strategy = get_strategy("deepspeed-cp")
+    options = strategy.parse({"micro_batch_size": 1})
+
+    def makespan(lengths):
+        plan = strategy.plan(lengths, unit_ctx(dp=2, zero_stage=2), options)
+        return unit_engine().run(plan).makespan_s
+
+    assert makespan((16, 1, 1, 16)) == makespan((16, 16, 16, 16)) == 2 * 3 * 16
 
 
 def test_zero3_keeps_its_parameters_sharded_after_the_step():
