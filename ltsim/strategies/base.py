@@ -107,7 +107,9 @@ def check_time_limit(value: float) -> None:
 
 
 def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
-    """Sequence ids of each DP replica: contiguous, near-equal counts (Megatron's sampler)."""
+    """Sequence ids of each DP replica: contiguous, near-equal counts. (Megatron's and
+    LongAlign's samplers deal consecutive samples across the ranks each micro-step instead:
+    validation/papers/skrull.md.)"""
     base, extra = divmod(len(batch), dp)
     out, first = [], 0
     for rank in range(dp):
