@@ -156,6 +156,13 @@ def _fill_lower(rows: list[list[float]]) -> list[list[float]]:
     return rows
 
 
+def _index_triangle(xs: tuple[float, ...], ys: tuple[float, ...], points: dict) -> bool:
+    """Whether ``points`` (keyed (x, y)) are exactly the nodes (xs[i], ys[j]) with i <= j."""
+    n = len(xs)
+    return (n == len(ys) and len(points) == n * (n + 1) // 2
+            and all((xs[i], ys[j]) in points for i in range(n) for j in range(i, n)))
+
+
 def _suffix_min(rows: list[list[float]]) -> tuple[tuple[float, ...], ...]:
     """g[i][j] = min(g[i'][j'] for i' >= i, j' >= j): each node lowered to the fastest node that
     has at least its q and kv (monotone grids come back unchanged)."""
@@ -184,9 +191,13 @@ class LogGrid2D:
         """Build from points with x, y, v > 0.
 
         ``upper``: only points with x <= y count (causal attention, q <= kv). If they cover the
-        upper triangle of a square grid, the nodes below the diagonal are filled so that every
-        cell there has zero twist (log v[i][j] = v[i-1][j] + v[i][j+1] - v[i-1][j+1]): bilinear
-        interpolation across the diagonal is then log-linear along it, and stays monotone.
+        upper triangle of a square grid (by index: row i holds columns i.., as q = kv does, or
+        a context table's q < kv pairs, whose kv axis runs a step ahead of q's), the nodes below
+        it are filled so that every cell there has zero twist (log v[i][j] = v[i-1][j] +
+        v[i][j+1] - v[i-1][j+1]): bilinear interpolation across the triangle's edge is then
+        log-linear along it, and stays monotone. (Until 2026-11-29 only q = kv triangles were
+        taken as grids; a context table fell back to inverse-distance weighting, which was not
+        monotone: a slice with more context or more queries could cost less, a review.)
         """
         acc: dict[tuple[float, float], list[float]] = {}
         used = [(a, b, c) for a, b, c in zip(x, y, v) if not upper or a <= b]
@@ -199,7 +210,7 @@ class LogGrid2D:
         xs = tuple(sorted({p[0] for p in pts}))
         ys = tuple(sorted({p[1] for p in pts}))
         grid: tuple[tuple[float, ...], ...] = ()
-        if upper and xs == ys and len(pts) == len(xs) * (len(xs) + 1) // 2:
+        if upper and _index_triangle(xs, ys, lookup):
             grid = _suffix_min(_fill_lower([[lookup.get((a, b), math.nan) for b in ys] for a in xs]))
         elif len(pts) == len(xs) * len(ys):
             grid = _suffix_min([[lookup[(a, b)] for b in ys] for a in xs])
@@ -348,7 +359,9 @@ class AttentionLookup:
     The price is a small error between grid lines next to the causal diagonal (about -5% at
     kv = 1.5 q on a grid of powers of two). A group whose points form no such grid (a profiler's
     scattered pairs) interpolates log(time / work) by inverse distance instead. Heads scale time linearly (num_kv_heads is ignored:
-    GQA does not change FLOPs). Head dims between two tabulated ones interpolate time / head_dim in
+    GQA does not change FLOPs; but a kernel that copies K/V up to the query heads, the executor's
+    SDPA with context, runs slower per head on grouped rows, which a model of other grouping
+    then does not see: a review, 2026-11-29, up to 4.5x per head at 128 queries after 128K keys). Head dims between two tabulated ones interpolate time / head_dim in
     log space; outside them time is proportional to head_dim (an approximation: larger heads
     usually run a little more efficiently). Outside the (q, kv) box the time is the box edge's,
     scaled up by work (constant throughput).

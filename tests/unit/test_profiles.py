@@ -374,6 +374,26 @@ def test_attention_monotone_in_tokens(name, causal):
             assert np.all(np.diff([t(q, kv, pass_) for q in tokens if q <= kv]) >= 0)
 
 
+@pytest.mark.parametrize("kernel", ["torch_sdpa", "torch_sdpa_boolmask"])
+def test_measured_context_attention_is_monotone(kernel):
+    # the H100 profile's context rows are the 15 (q, kv) pairs q < kv of two power-of-4 axes a
+    # step apart: not taken as a grid, they were weighted by inverse distance, and 128 queries
+    # after 1152 keys cost less than after 640, 512 queries after 513 keys less than 128 after
+    # 512 (a review)
+    profile = load_profile("h100-sxm5-80gb", attention_kernel=kernel)
+    tokens = np.unique(np.geomspace(2, 262_144, 90).astype(int))
+
+    def t(q, kv, pass_):
+        return profile.attention_time_s(int(q), int(kv), num_heads=7, num_kv_heads=1,
+                                        head_dim=128, causal=True, pass_=pass_)
+    for pass_ in ("fwd", "bwd"):
+        for q in (128, 300, 512, 2048):
+            assert np.all(np.diff([t(q, kv, pass_) for kv in tokens if kv > q]) >= 0), q
+        for kv in (640, 1152, 4096, 65536):
+            assert np.all(np.diff([t(q, kv, pass_) for q in tokens if q < kv]) >= 0), kv
+        assert t(512, 513, pass_) >= t(128, 512, pass_)
+
+
 def test_collectives_monotone_in_bytes():
     profile = load_profile("h100-sxm5-80gb")
     sizes = np.geomspace(1, 2**35, 120)
