@@ -344,7 +344,10 @@ class ComputeCosts:
         # q/cp queries and one kv/cp block, 1/cp of the work in cp small kernels. Pricing the
         # blocks, not the whole slice / cp, keeps the small-kernel inefficiency that makes CP slow
         # for short sequences (Skrull Fig. 1b); the work, q (ctx + q/2) / cp, is the same.
-        q_block, kv_block = -(-q // split.cp), -(-kv // split.cp)
+        # (each rank's context rounded up, not its keys: kv rounded alone could come out equal
+        # to q's block, a slice with context then priced as one without, a review)
+        q_block = -(-q // split.cp)
+        kv_block = q_block + -(-(kv - q) // split.cp)
         return split.cp * self.profile.attention_time_s(q_block, kv_block, num_heads=heads,
                                                         num_kv_heads=kv_heads, head_dim=m.head_dim,
                                                         pass_=pass_)

@@ -284,6 +284,18 @@ def test_ulysses_makes_four_all_to_alls_a_layer_each_with_its_latency():
     assert cost.comm_s(comm) > 1.5 * calls * one(nbytes)  # latency-bound at this size
 
 
+def test_ring_cp_keeps_a_slices_context_on_every_rank():
+    # keys rounded to blocks alone, 15,231 queries after 1 token of context made blocks of 7,616
+    # and 7,616 at cp 2: priced as a slice without context, half the time of 15,230 queries
+    # (a review); each rank's context is rounded up instead
+    spec = get_model("qwen2.5-7b")
+    cost = TableCostModel(spec, ClusterSpec(device=get_device("h100-sxm5-80gb"), gpus_per_node=8))
+    split = Split(cp=2)
+    times = [cost._compute._kernels_s(OpKind.B, _work(q, split, layers=(0, 1), context=1), "attn")
+             for q in (15229, 15230, 15231, 15232)]
+    assert times == sorted(times) and times[-1] < 1.01 * times[0]
+
+
 def test_the_fused_loss_keeps_model_dtype_logits_and_writes_one_gradient():
     # flash-attn's CrossEntropyLoss (v1.0.3, llm-foundry's MPT default) saves its bf16 input
     # logits and the fp32 log-sum-exp, and returns the logits' gradient in bf16: 2 + 2 B per
