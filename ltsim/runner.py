@@ -63,8 +63,9 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
             flops = sum(cost.model_flops(chunk, backward=plan.gets_grad(chunk.index))
                         for chunk in plan.chunks)
             metrics.append(batch_metrics(plan, trace, flops))
+        notes += [n for n in plan.options.get("notes", ()) if n not in notes]
         if len(metrics) == 1:
-            chosen = dict(plan.options)
+            chosen = {k: v for k, v in plan.options.items() if k != "notes"}
         if keep:
             plans.append(plan.expand())
             traces.append(expand_trace(trace, plan))

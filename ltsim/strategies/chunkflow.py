@@ -69,23 +69,28 @@ class Options:
 
 
 def construct_chunks(seq_ids: list[int], lengths: tuple[int, ...], options: Options,
-                     first_index: int = 0, replica: int = 0) -> tuple[list[Chunk], list[list[int]]]:
+                     first_index: int = 0, replica: int = 0, spent: list | None = None
+                     ) -> tuple[list[Chunk], list[list[int]]]:
     """Algorithm 1. Returns the chunks and the dependent groups (chunk indices, in sequence order).
     The same batch and ChunkSize give the same chunks whatever K is, so a sweep over K (or the
-    batches a run repeats) construct them once (``_chunks``, a small memo of immutable chunks)."""
-    chunks, groups = _chunks(tuple(seq_ids), tuple(lengths), options.chunk_size, options.packing,
-                             options.order, first_index, replica)
+    batches a run repeats) construct them once (``_chunks``, a small memo of immutable chunks).
+    ``spent``: True appended when the packer's search ran out of budget (packing.pack)."""
+    chunks, groups, unproven = _chunks(tuple(seq_ids), tuple(lengths), options.chunk_size,
+                                       options.packing, options.order, first_index, replica)
+    if unproven and spent is not None:
+        spent.append(True)
     return list(chunks), [list(g) for g in groups]
 
 
 @lru_cache(maxsize=64)
 def _chunks(seq_ids: tuple[int, ...], lengths: tuple[int, ...], size: int, packing: str,
             order: str, first_index: int, replica: int
-            ) -> tuple[tuple[Chunk, ...], tuple[tuple[int, ...], ...]]:
+            ) -> tuple[tuple[Chunk, ...], tuple[tuple[int, ...], ...], bool]:
     # (the chunk count is bounded by ``plan``, for the whole batch, before any replica's chunks)
     groups = [split_sequence(s, lengths[s], size, replica) for s in seq_ids if lengths[s] > size]
     short_ids = [s for s in seq_ids if lengths[s] <= size]
-    standalone = pack_sequences(short_ids, lengths, size, packing, replica)
+    spent: list = []
+    standalone = pack_sequences(short_ids, lengths, size, packing, replica, spent)
     if order == "dependent-last":
         units = [[c] for c in standalone] + groups
     elif order == "longest-first":
@@ -93,7 +98,7 @@ def _chunks(seq_ids: tuple[int, ...], lengths: tuple[int, ...], size: int, packi
     else:
         units = groups + [[c] for c in standalone]
     chunks, dependent = renumber(units, first_index)
-    return tuple(chunks), tuple(tuple(g) for g in dependent)
+    return tuple(chunks), tuple(tuple(g) for g in dependent), bool(spent)
 
 
 def group_actions(ids: list[int], k: int, keep: Keep
@@ -159,8 +164,9 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     check_batch(batch, ctx, options)  # the whole batch, before any replica is built
     chunks: list[Chunk] = []
     replicas = []
+    spent: list = []
     for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
-        mine, groups = construct_chunks(seq_ids, batch, options, len(chunks), replica)
+        mine, groups = construct_chunks(seq_ids, batch, options, len(chunks), replica, spent)
         chunks += mine
         replicas.append((mine, groups))
     mirrors = layout.mirrors([mine for mine, _ in replicas], batch)  # not planned: they repeat one
@@ -182,6 +188,11 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
         for stage in range(ctx.parallel.pp):
             orders[layout.device(replica, stage)] = interleave_1f1b(fwd, bwd, stage,
                                                                     ctx.parallel.pp)
-    return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
+    resolved = asdict(options)
+    if spent:  # Plan.options' "notes" are the run's warnings (runner.run)
+        resolved["notes"] = (f"chunkflow: packing {len(spent)} replica(s)' short sequences ran "
+                             "out of search budget; first-fit decreasing's chunks were kept, not "
+                             "proven the fewest (at most 11/9 of the fewest + 6/9)",)
+    return lower(Schedule(strategy=NAME, options=resolved, seq_lengths=tuple(batch),
                           chunks=tuple(chunks), devices=layout.devices(), orders=orders,
                           mirrors=mirrors), layout)

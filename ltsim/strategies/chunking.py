@@ -18,9 +18,10 @@ def split_sequence(seq: int, length: int, size: int, replica: int = 0) -> list[C
 
 
 def pack_sequences(seq_ids: list[int], lengths: tuple[int, ...], capacity: int, policy: str,
-                   replica: int = 0) -> list[Chunk]:
-    """Whole sequences packed into the chunks ``policy`` chooses (index 0, renumbered by the caller)."""
-    bins = pack([lengths[s] for s in seq_ids], capacity, policy)
+                   replica: int = 0, spent: list | None = None) -> list[Chunk]:
+    """Whole sequences packed into the chunks ``policy`` chooses (index 0, renumbered by the
+    caller); ``spent`` as packing.pack's."""
+    bins = pack([lengths[s] for s in seq_ids], capacity, policy, spent=spent)
     return [Chunk(0, tuple(Slice(seq_ids[i], 0, lengths[seq_ids[i]]) for i in b), replica)
             for b in bins]
 

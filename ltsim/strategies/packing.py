@@ -22,8 +22,11 @@ STEP_BUDGET = 1_000_000  # subset-enumeration steps, likewise
 SUBSET_SUM_BITS = 1 << 20  # fullest_bin tabulates capacities up to this
 
 
-def pack(sizes: list[int], capacity: int, policy: str = "min-bins") -> list[list[int]]:
-    """Indices of ``sizes`` grouped into bins of total size <= capacity, each bin sorted."""
+def pack(sizes: list[int], capacity: int, policy: str = "min-bins", *,
+         spent: list | None = None) -> list[list[int]]:
+    """Indices of ``sizes`` grouped into bins of total size <= capacity, each bin sorted.
+    ``spent``: True is appended to it when the exact search ran out of budget before it could
+    prove FFD's count the least (FFD's packing is then kept unproven)."""
     if any(s > capacity for s in sizes):
         raise ValueError("an item is larger than the bin capacity")
     if not sizes:
@@ -41,6 +44,8 @@ def pack(sizes: list[int], capacity: int, policy: str = "min-bins") -> list[list
         found = exact_pack(sizes, capacity, count, budget, fullest)
         if found is not None:
             return found
+    if spent is not None and (budget[0] < 0 or budget[1] < 0):
+        spent.append(True)
     return bins
 
 

@@ -158,3 +158,26 @@ def test_under_full_recompute_the_layer_inputs_are_what_a_backward_releases_laye
     assert {b.work.num_layers for b in op.frees if b.kind == "act"} == {1}
     assert 0 < inputs < grads
     assert deferred == (layers - 1) * min(grads, inputs) // layers
+
+
+def test_a_packing_search_out_of_budget_is_a_warning(monkeypatch):
+    # issue 13: the exact packer keeps FFD's chunks when its budget runs out; the run said
+    # nothing (a review). Nine short sequences into chunks of 10: FFD needs 4, the fewest is 3
+    from ltsim.runner import run
+    from ltsim.scenario import load_scenario
+    from ltsim.strategies import packing
+    from tests.conftest import REPO
+
+    sets = ["strategy.chunk_size=10", "workload.lengths=[4, 4, 4, 3, 3, 3, 3, 3, 3]"]
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    chunkflow._chunks.cache_clear()
+    found = run(load_scenario(example, sets))
+    assert not any("search budget" in w for w in found.result.warnings)
+    monkeypatch.setattr(packing, "NODE_BUDGET", 0)
+    chunkflow._chunks.cache_clear()
+    spent = run(load_scenario(example, sets))
+    chunkflow._chunks.cache_clear()
+    assert any("ran out of search budget; first-fit decreasing's chunks were kept" in w
+               for w in spent.result.warnings)
+    assert "notes" not in spent.result.strategy_options
+    assert (len(found.plans[0].chunks), len(spent.plans[0].chunks)) == (3, 4)
