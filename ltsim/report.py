@@ -126,6 +126,15 @@ _COMPARE_WARNINGS = 3  # per strategy under compare's table (simulate prints ten
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     rows = compare_rows(results)
     lines = [format_table(rows, _with_units(COMPARE_COLUMNS, rows))]
+    base_time = results[0][1].get("iteration_time_s") or 0.0
+    for row in rows:  # what the table cannot say (a new user's pass, 2026-11-29)
+        time, speedup = row.get("iteration_time_s") or 0.0, row.get("speedup") or 0.0
+        if time and speedup and abs(speedup * time / base_time - 1) > 0.01:
+            lines.append(f"note: {row['label']}: speedup is tokens/s over the first row's; its "
+                         "batches are its own (not the first row's), so its iteration time is "
+                         "not comparable")
+        if row.get("fits") is False and row.get("fit_reason"):
+            lines.append(f"note: {row['label']} does not fit: {row['fit_reason']}")
     for label, d in results:  # what simulate would print under each result, a few per strategy
         warnings = d.get("warnings", [])
         lines += [f"warning: {label}: {w}" for w in warnings[:_COMPARE_WARNINGS]]

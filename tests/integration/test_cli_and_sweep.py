@@ -116,6 +116,22 @@ def test_compare_speedup_is_throughput_when_batches_differ(capsys):
     assert abs(other["speedup"] - time_ratio) > 0.05  # its batches hold other token counts
 
 
+def test_compare_says_what_its_table_cannot(capsys):
+    # a new user's pass: sorted batching's 0.84x beside an iteration 4x longer, and a SeCO row
+    # "NO" under fits with no limit or reason
+    skrull = REPO / "scenarios/skrull/qwen2.5-0.5b-wikipedia.toml"
+    assert main(["compare", str(skrull), "--strategies", "deepspeed-cp,sorted-batching,skrull",
+                 "--set", "workload.num_batches=1"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: sorted-batching: speedup is tokens/s over the first row's; its "
+                     "batches are its own (not the first row's), so its iteration time is not "
+                     "comparable"]
+    assert main(["compare", str(skrull), "--strategies", "deepspeed-cp,skrull",
+                 "--set", "workload.num_batches=1", "--set", "hardware.memory_limit_gib=10"]) == 0
+    out = capsys.readouterr().out
+    assert "note: deepspeed-cp does not fit: device" in out and "the limit is" in out
+
+
 def test_a_batching_the_strategy_overrides_is_a_warning_in_the_table(capsys):
     """Sorted batching samples "sorted-groups" whatever the scenario says: a scenario that wrote
     another batching is told so, under the comparison table as under simulate's summary; a
