@@ -182,7 +182,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               progress=batch_progress("simulate", scenario.strategy, time.perf_counter()))
     result = sim.result.to_dict()
     if args.trace:
-        written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(args.trace))
+        written("--trace", args.trace, lambda: sim.traces[0].write_chrome_trace(
+            args.trace, tokens=sim.result.unit_costs))
     if args.plot:
         from ltsim.viz import plot_simulation, short
 

@@ -236,11 +236,16 @@ class Trace:
         rows = [(0.0, d, b) for d, b in enumerate(self.static_bytes)] + list(self.memory)
         return pd.DataFrame(rows, columns=["time_s", "device", "bytes"])
 
-    def to_chrome_trace(self, *, process_name: str = "ltsim") -> dict[str, Any]:
+    def to_chrome_trace(self, *, process_name: str = "ltsim", tokens: bool = False
+                        ) -> dict[str, Any]:
         """Chrome trace-event JSON (opens in Perfetto / chrome://tracing). Times in microseconds.
 
-        One process per device, one thread per stream, and memory counter tracks per device.
+        One process per device, one thread per stream, and memory counter tracks per device, in
+        GiB, or with ``tokens`` (the unit preset's memory, tokens of activation) in tokens.
         """
+        def level_of(value: int) -> dict[str, float]:
+            return {"tokens": value} if tokens else {"GiB": value / 2**30}
+
         out: list[dict[str, Any]] = []
         used = {e.stream for e in self.events}
         streams = {s: i for i, s in enumerate(STREAMS) if s in used or s == "compute"}
@@ -257,18 +262,18 @@ class Trace:
                         "args": {"stage": e.stage, "chunk": e.chunk}})
         for device, level in enumerate(self.static_bytes):
             out.append({"ph": "C", "name": "memory", "pid": device, "ts": 0.0,
-                        "args": {"GiB": level / 2**30}})
+                        "args": level_of(level)})
         for time_s, device, level in self.memory:
             out.append({"ph": "C", "name": "memory", "pid": device, "ts": time_s * 1e6,
-                        "args": {"GiB": level / 2**30}})
+                        "args": level_of(level)})
         for time_s, device, level in self.host_memory:
             out.append({"ph": "C", "name": "host memory", "pid": device, "ts": time_s * 1e6,
-                        "args": {"GiB": level / 2**30}})
+                        "args": level_of(level)})
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 
-    def write_chrome_trace(self, path: str | Path) -> Path:
+    def write_chrome_trace(self, path: str | Path, *, tokens: bool = False) -> Path:
         out = Path(path)
-        text = json.dumps(self.to_chrome_trace())
+        text = json.dumps(self.to_chrome_trace(tokens=tokens))
         if out.suffix.lower() == ".gz":  # gzipped JSON, which Perfetto opens as it is
             import gzip
 

@@ -30,6 +30,10 @@ def test_simulate_writes_trace_and_plot(tmp_path, capsys):
     assert main(["simulate", str(example), "--trace", str(trace), "--plot", str(plot)]) == 0
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["ph"] for e in events} >= {"X", "C", "M"}
+    # the unit preset's memory is tokens of activation: the counter says so (it said GiB)
+    counters = [e["args"] for e in events if e["ph"] == "C"]
+    assert counters and all(set(a) == {"tokens"} for a in counters)
+    assert max(a["tokens"] for a in counters) == 6  # the peak simulate reports, in tokens
     assert plot.stat().st_size > 10_000
     assert "bubble ratio    45.83%" in capsys.readouterr().out
 
