@@ -127,7 +127,7 @@ def progress_bar(started_s: float, after_s: float = 2.0) -> Callable[[int, int],
                 or elapsed - shown[1] >= EVERY_S):
             shown[0], shown[1] = done, elapsed
             left = (f", about {_duration(elapsed / done * (total - done))} left"
-                    if 0 < done < total and elapsed >= after_s else "")
+                    if 0 < done < total else "")
             say(f"sweep: {done}/{total} points, {elapsed:.0f} s{left}")
     return show_lines
 

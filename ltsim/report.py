@@ -129,7 +129,7 @@ def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     base_time = results[0][1].get("iteration_time_s") or 0.0
     for row in rows:  # what the table cannot say (a new user's pass, 2026-11-29)
         time, speedup = row.get("iteration_time_s") or 0.0, row.get("speedup") or 0.0
-        if time and speedup and abs(speedup * time / base_time - 1) > 0.01:
+        if base_time and time and speedup and abs(speedup * time / base_time - 1) > 0.01:
             lines.append(f"note: {row['label']}: speedup is tokens/s over the first row's; its "
                          "batches are its own (not the first row's), so its iteration time is "
                          "not comparable")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ltsim.errors import ConfigError
+from ltsim.plan import Keep, OpKind
 from ltsim.profiles import SDPA_BOOL_MASK_KERNEL
 from ltsim.sim.metrics import batch_metrics
 
@@ -231,8 +232,6 @@ def _convention_gaps(plan) -> tuple[str, ...]:
     """Where the executor is known to hold other than the memory model charges: a whole stage's
     full recompute (its R rebuilds every layer's graph at once; Megatron, and the model, rebuild
     one layer at a time inside the backward: a review measured +20-23% peak on CPU)."""
-    from ltsim.plan import Keep, OpKind
-
     for op in plan.ops():
         if (op.kind is OpKind.R and op.keep is Keep.INPUT and op.work is not None
                 and op.work.num_layers > 1):

@@ -157,8 +157,8 @@ class StageCosts:
                 whole, embed=device.embed, head=device.head), Keep.ALL))
             # a part checkpointed: R rebuilds its first layer, without the logits
             # (infinipipe.chunk_actions), and the backward's loss meets it
-            part = self.cost.buffer_bytes(Buffer("act", replace(
-                whole, layers=(first, first + 1), head=False), Keep.ALL))
+            part = self.cost.buffer_bytes(Buffer("act", one_layer_work(
+                whole, embed=device.embed, head=False), Keep.ALL))
             base.append(act + grads)
             saved.append(max(0.0, (act - rest - kept - kv) / max(1, stop - first)))
             # beyond base - C x saved: a forward's working set; with every layer checkpointed

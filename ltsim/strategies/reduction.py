@@ -55,21 +55,19 @@ def add_dp_reduction(draft: Draft) -> Draft:
         gpus = shard_gpus.get(device.stage)
         if gpus is None:
             gpus = shard_gpus[device.stage] = _shard_gpus(draft, device)
-        grads = draft.comms.of(Comm(
-            "reduce_scatter" if device.zero_stage >= 1 else "all_reduce",
-            "grads" if device.grad_dtype == "fp32" else "model_grads", params,
-            group_size=device.num_shards, gpus=gpus))
+        grads = _grads_comm(draft, device, params, gpus)
         reduces: list[int] = []
         sharded = device.zero_stage >= 2 and device.num_shards > 1
         if sharded and single_stage:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
             mine = chunks_of.get(device.replica, [])
             if device.zero_stage == 2 and device.overlap_grad_reduce:  # no gathers to merge with
-                reduces = _overlapped_step_reduction(draft, device, compute, mine, count, gpus,
-                                                     group)
+                reduces = _per_step_reduction(draft, device, compute, mine, count,
+                                              _overlapped_parts(draft, device, gpus), group)
                 coll += reduces
             else:
-                reduces = _per_step_reduction(draft, device, compute, mine, count, grads, group)
+                reduces = _per_step_reduction(draft, device, compute, mine, count,
+                                              [("", grads, device.overlap_grad_reduce)], group)
                 if reduces:
                     coll = _merge_by_trigger(draft, coll, reduces, compute, mine,
                                              draft.rows(device.index, "cp"))
@@ -155,8 +153,18 @@ def _step_end_reduction(draft: Draft, device: Device, compute: list[int], grads:
                      group=group, start_deps=start, deps=after)
 
 
+def _grads_comm(draft: Draft, device: Device, params: Work, gpus: tuple[int, int]) -> int:
+    """The DP reduction of ``params``' gradients (in fp32 or the model dtype) over the stage's
+    shards: a reduce-scatter from ZeRO-1 on, else an all-reduce."""
+    return draft.comms.of(Comm(
+        "reduce_scatter" if device.zero_stage >= 1 else "all_reduce",
+        "grads" if device.grad_dtype == "fp32" else "model_grads", params,
+        group_size=device.num_shards, gpus=gpus))
+
+
 def _per_step_reduction(draft: Draft, device: Device, compute: list[int], chunks: list[int],
-                        count: int, grads: int, group: tuple[int, ...]) -> list[int]:
+                        count: int, parts: list[tuple[str, int, bool]],
+                        group: tuple[int, ...]) -> list[int]:
     """ZeRO-2 (DeepSpeed stage_1_and_2): a gradient reduce-scatter every micro-step (chunk m of the
     replica), started with that step's backward on this device (overlap_comm; without it, after
     that backward), and the device's next compute waits
@@ -165,17 +173,19 @@ def _per_step_reduction(draft: Draft, device: Device, compute: list[int], chunks
     same number of micro-steps on every rank). Only the next micro-step's first op waits (not the
     recompute of an earlier chunk, as ChunkFlow runs a group's backwards last chunk first). Without
     pipeline stages only: DeepSpeed does not run ZeRO-2 with its pipeline engine, and with stages
-    the reduction stays at the step end."""
+    the reduction stays at the step end. ``parts``: (name suffix, comm, started with the backward
+    rather than after it) of each collective a micro-step's reduction is made of, in order; the
+    next micro-step waits for the last."""
     spans = {chunk: (first, last) for first, last, chunk in _backward_spans(draft, compute)}
-    overlap = device.overlap_grad_reduce
     out: list[int] = []
     latest = -1  # the last backward op of micro-steps 0..m: reduction m runs after it
     for m in range(count):
         span = spans.get(chunks[m]) if m < len(chunks) else None
-        out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}", _COLL,
-                             comm=grads, group=group,
-                             start_deps=(compute[span[0]],) if span and overlap else (),
-                             deps=(compute[span[1]],) if span and not overlap else ()))
+        for suffix, comm, started in parts:
+            out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}{suffix}",
+                                 _COLL, comm=comm, group=group,
+                                 start_deps=(compute[span[0]],) if span and started else (),
+                                 deps=(compute[span[1]],) if span and not started else ()))
         if span is None:
             continue
         latest = max(latest, span[1])
@@ -189,9 +199,8 @@ def _per_step_reduction(draft: Draft, device: Device, compute: list[int], chunks
     return out
 
 
-def _overlapped_step_reduction(draft: Draft, device: Device, compute: list[int],
-                               chunks: list[int], count: int, gpus: tuple[int, int],
-                               group: tuple[int, ...]) -> list[int]:
+def _overlapped_parts(draft: Draft, device: Device, gpus: tuple[int, int]
+                      ) -> list[tuple[str, int, bool]]:
     """ZeRO-2's per-micro-step reduce-scatter with DeepSpeed's ``overlap_comm``, in two parts:
     the gradients of every layer but the stage's first, started with the micro-step's backward
     (``dp-grad-m``), then those its backward makes last, the first layer's and the embedding's
@@ -199,36 +208,17 @@ def _overlapped_step_reduction(draft: Draft, device: Device, compute: list[int],
     the group has made its gradients, so the next micro-step waits for the slowest rank's
     backward to end (as DeepSpeed's epilogue waits for the reduction), not just to begin: one
     overlapped reduction let a short micro-step's rank run ahead while a long one's backward ran
-    (a review: 341 ms against 520 ms without the overlap and 515 ms for equal lengths). The last
+    (a review, DP 2, [16000, 1000 | 1000, 16000]: 341 ms, against 520 ms without the overlap;
+    now 517 ms, as all-long micro-steps take). The last
     part is at least the first layer's and embedding's gradients: DeepSpeed's buckets
-    (``reduce_bucket_size``, 5e8 elements) leave at least that to reduce after the backward.
-    A rank without micro-step m joins both parts idle."""
+    (``reduce_bucket_size``, 5e8 elements) leave at least that to reduce after the backward."""
     first, stop = device.layers
     split = Split(tp=device.tp)
-    tensor = "grads" if device.grad_dtype == "fp32" else "model_grads"
-    bulk, tail = (draft.comms.of(Comm("reduce_scatter", tensor, Work(
-        chunk=-1, slices=(), layers=layers, split=split, embed=embed, head=head),
-        group_size=device.num_shards, gpus=gpus))
-        for layers, embed, head in (((first + 1, stop), False, device.head),
-                                    ((first, first + 1), device.embed, False)))
-    spans = {chunk: (a, b) for a, b, chunk in _backward_spans(draft, compute)}
-    out: list[int] = []
-    latest = -1
-    for m in range(count):
-        span = spans.get(chunks[m]) if m < len(chunks) else None
-        out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}", _COLL,
-                             comm=bulk, group=group,
-                             start_deps=(compute[span[0]],) if span else ()))
-        out.append(draft.add(COLL, device.index, device.stage, -1, f"dp-grad-{m}-last", _COLL,
-                             comm=tail, group=group, deps=(compute[span[1]],) if span else ()))
-        if span is None:
-            continue
-        latest = max(latest, span[1])
-        nxt = span[1] + 1
-        if (nxt < len(compute) and draft.get(compute[nxt], "chunk") > chunks[m]
-                and latest == span[1]):  # as _per_step_reduction
-            draft.add_deps(compute[nxt], (out[-1],))
-    return out
+    bulk, tail = (_grads_comm(draft, device, Work(chunk=-1, slices=(), layers=layers, split=split,
+                                                  embed=embed, head=head), gpus)
+                  for layers, embed, head in (((first + 1, stop), False, device.head),
+                                              ((first, first + 1), device.embed, False)))
+    return [("", bulk, True), ("-last", tail, False)]
 
 
 def _per_backward_reduction(draft: Draft, device: Device, compute: list[int],
