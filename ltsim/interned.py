@@ -306,6 +306,14 @@ class Buffers(Sequence):
             return self._add_class((kind_id, keep[0], host), work)
         return _by_class([(kind_id, k, host) for k in keep], work, self._add_class)
 
+    def add_mixed(self, kinds: list[str], work: list[int], keep: list[int], host: list[bool]
+                  ) -> list[int]:
+        """``add`` of each (kind, work, keep, host)."""
+        kind_ids = [value_id(self._kind_ids, self.kinds, k) for k in dict.fromkeys(kinds)]
+        code = dict(zip(dict.fromkeys(kinds), kind_ids))
+        return _by_class(list(zip(map(code.__getitem__, kinds), keep, host)), work,
+                         self._add_class)
+
     def _add_class(self, key: tuple[int, int, bool], works: list[int]) -> list[int]:
         kind, keep, host = key
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from ltsim.chunk_check import known_pieces
 import ltsim.optable as optable
+from ltsim.interned import _classes
 from ltsim.optable import (B, COLL, F, KEEP_CODE, KIND_CODE, KIND_OF, PART_CODE, R,
                            SEND_B, SEND_F, STREAM_CODE, Works, ints)
 from ltsim.plan import NO_TILING, WORK_KINDS, Comm, Device, Keep, OpKey, Plan, Split, Work
@@ -143,22 +144,21 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
             resolved += count
     if resolved == n:  # (1F1B's: the forwards share one tuple, the backwards another)
         return out
-    alone: dict = {}
     if len(done) == 1:
         rest = range(n)
     elif ids_ is None:
         rest = [i for i, x in enumerate(ids) if x not in done]
     else:
         rest = np.flatnonzero(~np.isin(ids_, np.array(sorted(done), dtype=np.int64))).tolist()
-    for i in rest:
-        m = ids[i]
-        if m in done:
-            continue
-        rkey = (m, work[i], keep[i])
-        found = alone.get(rkey)
-        if found is None:
-            found = alone[rkey] = _resolve(draft, column[i], order[i], work[i], device)
+    # the other actions: one resolution per (Mem tuple, work, keep), all of them in bulk
+    first: dict = {}  # (Mem tuple, work, keep) -> the first action with it
+    alone = [first.setdefault((ids[i], work[i], keep[i]), i) for i in rest]
+    mine = list(first.values())
+    for i, found in zip(mine, _resolve(draft, [column[i] for i in mine], [order[i] for i in mine],
+                                       [work[i] for i in mine], device)):
         out[i] = found
+    for i, j in zip(rest, alone):
+        out[i] = out[j]
     return out
 
 
@@ -177,22 +177,52 @@ def _plain(draft: Draft, mem, work: list[int], keep: list[int]) -> list[int]:
     return draft.buffers.add_many(mem.kind, base, _ALL, mem.host)
 
 
-def _resolve(draft: Draft, mems, action: Action, w: int, device: Device) -> tuple[int, ...]:
-    """The buffers an action's effects (Mems) stand for, on its work ``w``: each on the work of
-    the action's chunk (or the Mem's other chunk, with that chunk's own slices) as the Mem's
-    ``_held`` variant of the action's says."""
-    works, buffers = draft.works, draft.buffers
-    own, ref, variant = works.chunk[w], works.ref[w], works.variant[w]
-    out = []
-    for mem in mems:
-        held = _held(works, variant, mem, device)
-        if mem.chunk >= 0 and mem.chunk != action.chunk:  # another chunk's, with its own slices
-            base = works.add(mem.chunk, -1, held[0])
+def _resolve(draft: Draft, columns: list, actions: list[Action], work: list[int],
+             device: Device) -> list[tuple[int, ...]]:
+    """The buffers each action's effects (a tuple of Mems, ``columns``) stand for, on its work
+    (``work``): each on the work of the action's chunk (or the Mem's other chunk, with that
+    chunk's own slices) as the Mem's ``_held`` variant of the action's says. A plain Mem (a
+    strategy shares one object per kind) is resolved for all its actions at once (``_plain``);
+    the works and buffers of the others are added in bulk."""
+    works = draft.works
+    lens = list(map(len, columns))
+    flat = list(chain.from_iterable(columns))
+    owner = list(chain.from_iterable(map(repeat, range(len(columns)), lens)))
+    found: list[int] = [0] * len(flat)
+    keep = [KEEP_CODE[a.keep] for a in actions]
+    others: list[int] = []  # positions of Mems resolved one by one
+    for positions in _classes(list(map(id, flat))).values():
+        mem = flat[positions[0]]
+        if mem.chunk < 0 and mem.keep is None and mem.layers is None and not mem.one_layer:
+            mine = [owner[k] for k in positions]
+            list(map(found.__setitem__, positions,
+                     _plain(draft, mem, [work[i] for i in mine], [keep[i] for i in mine])))
         else:
-            base = works.add(own, ref, held[0])
-        out.append(buffers.add(mem.kind, base, held[1] if held[1] >= 0
-                               else KEEP_CODE[action.keep], mem.host))
-    return tuple(out)
+            others += positions
+    if others:
+        w_chunk, w_ref, w_variant = works.chunk, works.ref, works.variant
+        chunks, refs, variants, kinds, keeps, hosts = [], [], [], [], [], []
+        for k in others:
+            mem, i = flat[k], owner[k]
+            w = work[i]
+            held = _held(works, w_variant[w], mem, device)
+            if mem.chunk >= 0 and mem.chunk != actions[i].chunk:  # another chunk's, own slices
+                chunks.append(mem.chunk)
+                refs.append(-1)
+            else:
+                chunks.append(w_chunk[w])
+                refs.append(w_ref[w])
+            variants.append(held[0])
+            kinds.append(mem.kind)
+            keeps.append(held[1] if held[1] >= 0 else keep[i])
+            hosts.append(mem.host)
+        list(map(found.__setitem__, others, draft.buffers.add_mixed(
+            kinds, works.add_many(chunks, refs, variants), keeps, hosts)))
+    out, at = [], 0
+    for count in lens:
+        out.append(tuple(found[at:at + count]))
+        at += count
+    return out
 
 
 def _held(works: Works, variant: int, mem, device: Device) -> tuple[int, int]:
@@ -200,9 +230,9 @@ def _held(works: Works, variant: int, mem, device: Device) -> tuple[int, int]:
     the buffer's keep code (-1: the action's). Only activations depend on the keep policy, the
     embedding / head and tiling: the other kinds hold a chunk's slices on a layer range (one
     work per such value, which the K/V and gradients of a chunk and of the chunks after it
-    share). Made once per (variant, Mem, the device's embedding and head); a Mem by identity:
-    the schedule, alive while the draft is, holds it."""
-    key = (variant, id(mem), (device.embed, device.head))
+    share). Made once per (variant, the Mem's fields but its chunk and host, the device's
+    embedding and head): strategies make a Mem per other chunk (ChunkFlow's K/V gradients)."""
+    key = (variant, mem.kind, mem.keep, mem.one_layer, mem.layers, device.embed, device.head)
     found = works.derived.get(key)
     if found is not None:
         return found
