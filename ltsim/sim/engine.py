@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from heapq import merge
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -155,7 +155,9 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
             event = table[row] = _At(env)
         return event
 
-    riders = _riders(compiled, only)  # per row: rows of programs that only follow it (below)
+    # per row, the rows of programs that only follow it (below): the first, and after each the
+    # next; per rider row its program
+    first_rider, next_rider, rider_program, ridden = _riders(compiled, only)
     rider_clock = [0.0] * len(compiled.programs)
 
     def run_program(rows: list[int], changes: list, host_changes: list):
@@ -209,13 +211,12 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                 if host_free:
                     host_changes.append((end, -host_free))
             clock = end
-            followers = riders[i]
-            if followers is None:
-                continue
+            j = first_rider[i]
             # rider ops, right after the op they follow: each after its own stream's previous
             # op and this one (the last of its dependencies, all in this program and so known),
             # timed as above (written out again: this loop runs once per op)
-            for q, j in followers:
+            while j >= 0:
+                q = rider_program[j]
                 dur, deps, _, _, memory = steps[j]
                 ride = rider_clock[q]
                 for d in deps:
@@ -242,8 +243,8 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
                     if host_free:
                         host_mem[q].append((end, -host_free))
                 rider_clock[q] = end
+                j = next_rider[j]
 
-    ridden = {q for ops in riders if ops is not None for q, _ in ops}
     replayed = [p for p, (_, _, rows) in enumerate(compiled.programs)
                 if rows and (only is None or p in only)]
     for p in replayed:
@@ -253,20 +254,60 @@ def replay(compiled: Compiled, *, only: set[int] | None = None,
     return start, finish, mem, host_mem
 
 
-def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:
+class Riders(NamedTuple):
+    """Which ops ride after which (``_riders``): per row the first row to compute right after it
+    and, per rider row, the next one after the same row (-1: none), in program order; per rider
+    row its program; the programs that ride."""
+
+    first: list[int]
+    next: list[int]
+    program: list[int]
+    ridden: set[int]
+
+    @classmethod
+    def none(cls, n: int) -> Riders:
+        return cls([-1] * n, [-1] * n, [-1] * n, set())
+
+    def after(self, row: int) -> list[int]:
+        """The rows computed right after ``row``, in order."""
+        out, j = [], self.first[row]
+        while j >= 0:
+            out.append(j)
+            j = self.next[j]
+        return out
+
+    def ride(self, q: int, triggers: list[int], rows: list[int]) -> None:
+        """Program ``q``'s ``rows`` ride after their ``triggers`` (one each)."""
+        first, after = self.first, self.next
+        list(map(self.program.__setitem__, rows, [q] * len(rows)))
+        self.ridden.add(q)
+        if (list(map(first.__getitem__, triggers)).count(-1) == len(triggers)
+                and len(set(triggers)) == len(triggers)):  # (a SEND stream's: each op its own)
+            list(map(first.__setitem__, triggers, rows))
+            return
+        for trigger, j in zip(triggers, rows):
+            last = first[trigger]
+            if last < 0:
+                first[trigger] = j
+                continue
+            while after[last] >= 0:
+                last = after[last]
+            after[last] = j
+
+
+def _riders(compiled: Compiled, only: set[int] | None) -> Riders:
     """Programs replayed inside another's process: each of their ops waits only for ops of one
     compute program (no start dependency, no collective), the last of which comes in that program
     no earlier than the last one the op before waited for. A SEND stream does (each send waits
     for the op that produced its tensor). Such an op's times are known as soon as that last
     dependency's are, so the producing program's process computes it then (``ride``), with the
     same times as a process of its own would give, and without the SimPy resumptions of one.
-    Returns, per row, the (program, row) pairs to compute right after it, in program order, or
-    None."""
+    Returns them as :class:`Riders`."""
     if len(compiled.dur) < optable.SMALL:
         return _riders_rows(compiled, only)
     programs = compiled.programs
     n = len(compiled.dur)
-    out: list[list[tuple[int, int]] | None] = [None] * n
+    out = Riders.none(n)
     program_of = np.full(n, -1, dtype=np.int64)  # per row of a compute program: its program
     position = np.zeros(n, dtype=np.int64)  # and its place there
     for p, (_, stream, rows) in enumerate(programs):
@@ -293,23 +334,14 @@ def _riders(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, i
                 or (np.diff(position[triggers]) < 0).any()
                 or (only is not None and int(host[0]) not in only)):
             continue
-        _ride_after(out, q, zip(triggers.tolist(), rows))
+        out.ride(q, triggers.tolist(), rows)
     return out
 
 
-def _ride_after(out: list, q: int, pairs) -> None:
-    """Program ``q``'s rows ride after their triggers: ``pairs`` of (trigger, row)."""
-    for trigger, j in pairs:
-        followers = out[trigger]
-        if followers is None:
-            followers = out[trigger] = []
-        followers.append((q, j))
-
-
-def _riders_rows(compiled: Compiled, only: set[int] | None) -> list[list[tuple[int, int]] | None]:
+def _riders_rows(compiled: Compiled, only: set[int] | None) -> Riders:
     """``_riders`` op by op."""
     programs = compiled.programs
-    out: list[list[tuple[int, int]] | None] = [None] * len(compiled.dur)
+    out = Riders.none(len(compiled.dur))
     program_of: dict[int, int] = {}
     position: dict[int, int] = {}
     for p, (_, stream, rows) in enumerate(programs):
@@ -337,7 +369,7 @@ def _riders_rows(compiled: Compiled, only: set[int] | None) -> list[list[tuple[i
             plan.append((trigger, j))
         else:
             if host != q and (only is None or host in only):
-                _ride_after(out, q, plan)
+                out.ride(q, [t for t, _ in plan], [j for _, j in plan])
     return out
 
 

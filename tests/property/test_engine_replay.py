@@ -137,11 +137,12 @@ def test_pipeline_sends_ride_their_producers_process():
     compiled = engine.compile_plan(plan, UnitCostModel())
     riders = engine._riders(compiled, None)
     sends = {i for i, op in enumerate(compiled.ops) if op.stream == "comm"}
-    assert sends and {j for ops in riders if ops for _, j in ops} == sends
-    for trigger, ops in enumerate(riders):
-        if ops:
+    after = [riders.after(i) for i in range(len(compiled.ops))]
+    assert sends and {j for rows in after for j in rows} == sends
+    for trigger, rows in enumerate(after):
+        if rows:
             assert compiled.ops[trigger].stream == "compute"
-            assert all(compiled.steps[j][5] == (trigger,) for _, j in ops)
+            assert all(compiled.steps[j][5] == (trigger,) for j in rows)
     start, finish, _, _ = engine.replay(compiled)
     recurrence.check(compiled, start, finish)
 
@@ -158,6 +159,6 @@ def test_riders_change_no_time_and_no_memory_change(name, options, pp, dp, cp, l
     compiled = engine.compile_plan(_plan(name, options, pp, dp, cp, lengths, "selective").expand(),
                                    UnitCostModel())
     with_riders = engine.replay(compiled)
-    with mock.patch.object(engine, "_riders", lambda compiled, only: [None] * len(compiled.dur)):
+    with mock.patch.object(engine, "_riders", lambda compiled, only: engine.Riders.none(len(compiled.dur))):
         alone = engine.replay(compiled)
     assert with_riders == alone
