@@ -107,18 +107,18 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     return digest.hexdigest()
 
 
-def _tree_digest(directory: Path, pattern: str = "*") -> str:
-    """Hash of the regular files under ``directory`` matching ``pattern``: names and bytes."""
-    lines = [f"{p.relative_to(directory)}={_file_digest(*_stat_key(p))}"
-             for p in sorted(directory.rglob(pattern)) if p.is_file()]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-
-
 @functools.lru_cache(maxsize=1)
 def _ltsim_digest() -> str:
     """The bytes of ltsim's modules: an edited checkout, or another version (``__version__`` is
-    in ``__init__.py``), counts as new. (Not importlib.metadata's version: 18 ms of start-up.)"""
-    return "ltsim " + _tree_digest(Path(__file__).resolve().parent, "*.py")
+    in ``__init__.py``), counts as new. (Not importlib.metadata's version: 18 ms of start-up.)
+    One hash over the package's own files, names and bytes (read whole: 3 ms, against 10 ms for
+    a guarded, cached digest per file)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root)}\n".encode())
+        digest.update(path.read_bytes())
+    return "ltsim " + digest.hexdigest()[:16]
 
 
 def _reason(exc: Exception) -> str:
