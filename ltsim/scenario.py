@@ -208,9 +208,9 @@ def check_override_key(key: str, flag: str = "--set") -> None:
     option of some registered strategy), so a sweep over a misspelt key fails before it starts."""
     section, _, name = key.rpartition(".")
     if section == "strategy":
-        from ltsim.strategies import REGISTRY  # strategies sit below scenario; import on use
-
-        known = {"name"} | {f.name for s in REGISTRY.values() for f in fields(s.options_type)}
+        from ltsim.strategies import option_names, takes_option  # (strategies sit below
+        # scenario: imported on use; a known option is found without importing them all)
+        known = {name} if name == "name" or takes_option(name) else {"name"} | option_names()
     else:
         known = set(SCHEMA.get(section, ()))
     sections = sorted(SECTIONS)

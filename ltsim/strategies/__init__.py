@@ -14,15 +14,15 @@ talks to the engine or to torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any, Callable
 
 from ltsim.errors import ConfigError
 from ltsim.gcpause import paused
 from ltsim.plan import Plan
-from ltsim.strategies import (alst, chunkflow, deepspeed_cp, deepspeed_ulysses, flexsp, infinipipe,
-                              megatron_1f1b, seco, seq1f1b, skrull, sorted_batching, spaco)
 from ltsim.strategies.base import PlanContext, ignored_options, parse_options
 
 
@@ -73,9 +73,76 @@ def _entry(module: ModuleType) -> Strategy:
                     getattr(module, "maxlen_options", None), getattr(module, "maxlen_period", None))
 
 
-REGISTRY: dict[str, Strategy] = {s.name: s for s in map(_entry, (
-    megatron_1f1b, chunkflow, skrull, deepspeed_cp, sorted_batching, seco, spaco, alst, infinipipe,
-    seq1f1b, deepspeed_ulysses, flexsp))}
+# name -> its module under ltsim/strategies/, in the order commands list them
+MODULES = {"megatron-1f1b": "megatron_1f1b", "chunkflow": "chunkflow", "skrull": "skrull",
+           "deepspeed-cp": "deepspeed_cp", "sorted-batching": "sorted_batching", "seco": "seco",
+           "spaco": "spaco", "alst": "alst", "infinipipe": "infinipipe", "seq1f1b": "seq1f1b",
+           "deepspeed-ulysses": "deepspeed_ulysses", "flexsp": "flexsp"}
+
+
+class _Registry(MutableMapping):
+    """The registered strategies by name, each module imported when first asked for: a command
+    that plans with one strategy imports that one (20 ms of start-up for all twelve). A plain
+    mapping otherwise (tests set entries)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Strategy] = {}
+        self._names = list(MODULES)
+
+    def __getitem__(self, name: str) -> Strategy:
+        found = self._loaded.get(name)
+        if found is None:
+            if name not in MODULES:
+                raise KeyError(name)
+            found = _entry(importlib.import_module(f"{__name__}.{MODULES[name]}"))
+            if found.name != name:  # (a module renamed without its entry)
+                raise RuntimeError(f"strategy module {MODULES[name]} is named {found.name!r}")
+            self._loaded[name] = found
+        return found
+
+    def __setitem__(self, name: str, strategy: Strategy) -> None:
+        if name not in self._names:
+            self._names.append(name)
+        self._loaded[name] = strategy
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._names:
+            raise KeyError(name)
+        self._names.remove(name)
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def loaded(self) -> list[Strategy]:
+        """The strategies imported so far."""
+        return [self._loaded[n] for n in self._names if n in self._loaded]
+
+
+REGISTRY = _Registry()
+
+
+def takes_option(name: str) -> bool:
+    """Whether some registered strategy takes option ``name``; the strategies imported so far
+    are asked first (a sweep's grid keys are the scenario's own strategy's), the rest only
+    when none of them does."""
+    return (any(name in _option_names(s) for s in REGISTRY.loaded())
+            or any(name in _option_names(s) for s in REGISTRY.values()))
+
+
+def option_names() -> set[str]:
+    """Every option name of every registered strategy."""
+    return {n for s in REGISTRY.values() for n in _option_names(s)}
+
+
+def _option_names(strategy: Strategy) -> set[str]:
+    return {f.name for f in fields(strategy.options_type)}
 
 
 def get_strategy(name: str) -> Strategy:

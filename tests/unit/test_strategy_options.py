@@ -53,3 +53,32 @@ def test_a_simulation_reports_an_unused_option_among_its_warnings(tmp_path):
                     '[strategy]\nname = "deepspeed-cp"\nmicro_batch_size = 1\nbucket_size = 128\n')
     warnings = simulate(load_scenario(path)).warnings
     assert any("strategy.bucket_size = 128 is not used" in w for w in warnings)
+
+
+def test_a_command_imports_only_the_strategy_it_plans_with():
+    # the registry imports a strategy's module when first asked (about 20 ms of start-up for all
+    # twelve); a grid key of the scenario's own strategy is checked without importing the others
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from ltsim.scenario import check_override_key, load_scenario\n"
+            "load_scenario('scenarios/quickstart.toml')\n"
+            "check_override_key('strategy.chunk_size', '--grid')\n"
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+            "             if m.startswith('ltsim.strategies.') and m.rsplit('.', 1)[1] in\n"
+            "             __import__('ltsim.strategies').strategies.MODULES.values()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=__import__("pathlib").Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["['chunkflow']"]
+
+
+def test_every_strategy_module_is_named_as_its_registry_entry_and_keys_check_against_all():
+    from ltsim.scenario import check_override_key
+    from ltsim.strategies import MODULES, REGISTRY
+
+    assert [REGISTRY[name].name for name in MODULES] == list(MODULES)
+    check_override_key("strategy.bucket_size", "--grid")  # skrull's and deepspeed-cp's
+    with pytest.raises(ConfigError, match=r"'--grid' must be a known key \(.*chunk_size.*\(got "
+                                          r"'strategy\.chunk_sise'\)"):
+        check_override_key("strategy.chunk_sise", "--grid")

@@ -39,7 +39,7 @@ def wrap(module, name, label):
         stamp(label)
         return out
     setattr(module, name, timed)
-wrap(scenario, "load_scenario", "scenario loaded (strategies imported)")
+wrap(scenario, "load_scenario", "scenario loaded (its strategy imported)")
 wrap(planner, "_point_inputs", "points' input digests")
 wrap(planner, "_warm", "profile loaded in the parent (simulator imported)")
 store = planner.SweepStore.put
