@@ -309,8 +309,7 @@ class Buffers(Sequence):
     def add_mixed(self, kinds: list[str], work: list[int], keep: list[int], host: list[bool]
                   ) -> list[int]:
         """``add`` of each (kind, work, keep, host)."""
-        kind_ids = [value_id(self._kind_ids, self.kinds, k) for k in dict.fromkeys(kinds)]
-        code = dict(zip(dict.fromkeys(kinds), kind_ids))
+        code = {k: value_id(self._kind_ids, self.kinds, k) for k in dict.fromkeys(kinds)}
         return _by_class(list(zip(map(code.__getitem__, kinds), keep, host)), work,
                          self._add_class)
 

@@ -116,8 +116,9 @@ def _ltsim_digest() -> str:
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        digest.update(f"{path.relative_to(root)}\n".encode())
-        digest.update(path.read_bytes())
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root)} {len(data)}\n".encode())
+        digest.update(data)
     return "ltsim " + digest.hexdigest()[:16]
 
 
