@@ -115,7 +115,7 @@ def _ltsim_digest() -> str:
     a guarded, cached digest per file)."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(p for p in root.rglob("*.py") if p.is_file()):
         data = path.read_bytes()
         digest.update(f"{path.relative_to(root)} {len(data)}\n".encode())
         digest.update(data)

@@ -1,4 +1,5 @@
-"""Strategy registry: plain dict, case-insensitive lookup that lists the valid names.
+"""Strategy registry: a mapping that imports a strategy's module when first asked for it, and a
+case-insensitive lookup that lists the valid names.
 
 A strategy is a module with ``NAME``, a frozen ``Options`` dataclass and
 ``plan(batch, ctx, options) -> Plan``, and optionally ``BATCHING``: the workload batching its
@@ -92,7 +93,7 @@ class _Registry(MutableMapping):
     def __getitem__(self, name: str) -> Strategy:
         found = self._loaded.get(name)
         if found is None:
-            if name not in MODULES:
+            if name not in self._names or name not in MODULES:
                 raise KeyError(name)
             found = _entry(importlib.import_module(f"{__name__}.{MODULES[name]}"))
             if found.name != name:  # (a module renamed without its entry)
@@ -147,8 +148,7 @@ def _option_names(strategy: Strategy) -> set[str]:
 
 def get_strategy(name: str) -> Strategy:
     """The registered strategy called ``name`` (case-insensitive)."""
-    strategy = REGISTRY.get(name.lower()) if isinstance(name, str) else None
-    if strategy is None:
+    if not isinstance(name, str) or name.lower() not in REGISTRY:
         raise ConfigError("strategy.name", f"one of {', '.join(sorted(REGISTRY))}", name,
                           "use one of these names")
-    return strategy
+    return REGISTRY[name.lower()]  # (an error importing its module is not an unknown name)

@@ -116,7 +116,7 @@ def _effects(draft: Draft, column: tuple, order, work: list[int], keep: list[int
              device: Device) -> list[tuple[int, ...]]:
     """Per action, the buffer ids of its allocs (or frees: ``column``, one Mem tuple per
     action). Actions sharing one Mem tuple of plain Mems (a kind on the action's own work) are
-    resolved together; any other action alone (``_resolve``)."""
+    resolved together; the others in bulk (``_resolve``), once per (Mem tuple, work, keep)."""
     n = len(column)
     if column.count(()) == n:
         return [()] * n

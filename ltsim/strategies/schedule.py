@@ -79,7 +79,7 @@ def one_layer_work(work: Work, *, embed: bool, head: bool) -> Work:
 @lru_cache(maxsize=None)
 def mems(*kinds: str) -> tuple[Mem, ...]:
     """Buffer effects of these kinds on the action's own work (one Mem object per kind: the
-    lowering caches what it resolves them to by identity)."""
+    lowering resolves a Mem object for all the actions that share it at once)."""
     return tuple(_mem(k) for k in kinds)
 
 

@@ -82,3 +82,13 @@ def test_every_strategy_module_is_named_as_its_registry_entry_and_keys_check_aga
     with pytest.raises(ConfigError, match=r"'--grid' must be a known key \(.*chunk_size.*\(got "
                                           r"'strategy\.chunk_sise'\)"):
         check_override_key("strategy.chunk_sise", "--grid")
+
+
+def test_a_strategy_taken_out_of_the_registry_is_unknown(monkeypatch):
+    from ltsim.strategies import REGISTRY, get_strategy
+
+    REGISTRY["chunkflow"]  # loaded, then taken out: asked for again, it is not imported anew
+    monkeypatch.delitem(REGISTRY, "chunkflow")
+    assert "chunkflow" not in REGISTRY and REGISTRY.get("chunkflow") is None
+    with pytest.raises(ConfigError, match=r"'strategy\.name' must be one of .*\(got 'chunkflow'\)"):
+        get_strategy("chunkflow")
