@@ -15,7 +15,7 @@ from ltsim.plan import Chunk, Plan
 from ltsim.work import make_chunk, make_slice, slice_columns, whole_sequences
 from ltsim.strategies.base import PlanContext, positive, split_replicas
 from ltsim.strategies.lowering import lower
-from ltsim.strategies.pipeline import one_f_one_b
+from ltsim.strategies.pipeline import one_f_one_b_stages
 from ltsim.strategies.schedule import Layout, Schedule, keep_policy
 
 NAME = "megatron-1f1b"
@@ -76,9 +76,9 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     orders = {}
     for replica, mine in enumerate(replicas):
         if replica not in mirrored:
-            ids = [c.index for c in mine]
-            for stage in range(ctx.parallel.pp):
-                orders[layout.device(replica, stage)] = one_f_one_b(ids, stage, ctx.parallel.pp, keep)
+            stages = one_f_one_b_stages([c.index for c in mine], ctx.parallel.pp, keep)
+            for stage, order in enumerate(stages):
+                orders[layout.device(replica, stage)] = order
     return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
                           chunks=every, devices=layout.devices(), orders=orders,
                           mirrors=mirrors, columns=columns), layout)

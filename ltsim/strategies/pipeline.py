@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
+from typing import Iterable
 
 from ltsim.plan import Keep, OpKind
 from ltsim.strategies.schedule import Action, Mem, mems
@@ -39,8 +40,16 @@ def one_f_one_b(chunks: list[int], stage: int, num_stages: int, keep: Keep) -> l
     backwards (megatron/core/pipeline_parallel/schedules.py,
     forward_backward_pipelining_without_interleaving).
     """
+    return one_f_one_b_stages(chunks, num_stages, keep, (stage,))[0]
+
+
+def one_f_one_b_stages(chunks: list[int], num_stages: int, keep: Keep,
+                       stages: Iterable[int] | None = None) -> list[list[Action]]:
+    """``one_f_one_b`` of each of ``stages`` (all by default), the chunks' actions made once."""
     pairs = [kept_actions(c, keep) for c in chunks]
-    return interleave_1f1b([f for f, _ in pairs], [b for _, b in pairs], stage, num_stages)
+    fwd, bwd = [f for f, _ in pairs], [b for _, b in pairs]
+    return [interleave_1f1b(fwd, bwd, stage, num_stages)
+            for stage in (range(num_stages) if stages is None else stages)]
 
 
 def interleave_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int,

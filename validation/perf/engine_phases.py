@@ -39,7 +39,7 @@ from ltsim.strategies.base import PlanContext  # noqa: E402
 PHASES = [
     ("build: lowering", "ltsim.strategies.megatron_1f1b", "lower"),
     ("build: lowering", "ltsim.strategies.chunkflow", "lower"),
-    ("build: 1F1B orders", "ltsim.strategies.megatron_1f1b", "one_f_one_b"),
+    ("build: 1F1B orders", "ltsim.strategies.megatron_1f1b", "one_f_one_b_stages"),
     ("build: 1F1B orders", "ltsim.strategies.chunkflow", "interleave_1f1b"),
     ("  lowering: compute ops", "ltsim.strategies.lowering", "compute_ops"),
     ("    compute ops: buffer effects", "ltsim.strategies.lowering", "_effects"),
