@@ -249,8 +249,6 @@ def _layout(slices: tuple[Slice, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(map(SLICE_BOUNDS, slices))
 
 
-
-
 class Buffers(Sequence):
     """The distinct buffers of a plan, by id, as fields (kind, work id, keep, host); interned by
     value, each Buffer object made when first read."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import Iterable
 
 from ltsim.plan import Keep, OpKind
 from ltsim.strategies.schedule import Action, Mem, mems
@@ -40,16 +39,20 @@ def one_f_one_b(chunks: list[int], stage: int, num_stages: int, keep: Keep) -> l
     backwards (megatron/core/pipeline_parallel/schedules.py,
     forward_backward_pipelining_without_interleaving).
     """
-    return one_f_one_b_stages(chunks, num_stages, keep, (stage,))[0]
+    fwd, bwd = _items(chunks, keep)
+    return interleave_1f1b(fwd, bwd, stage, num_stages)
 
 
-def one_f_one_b_stages(chunks: list[int], num_stages: int, keep: Keep,
-                       stages: Iterable[int] | None = None) -> list[list[Action]]:
-    """``one_f_one_b`` of each of ``stages`` (all by default), the chunks' actions made once."""
+def one_f_one_b_stages(chunks: list[int], num_stages: int, keep: Keep) -> list[list[Action]]:
+    """``one_f_one_b`` of every stage, the chunks' actions made once."""
+    fwd, bwd = _items(chunks, keep)
+    return [interleave_1f1b(fwd, bwd, stage, num_stages) for stage in range(num_stages)]
+
+
+def _items(chunks: list[int], keep: Keep) -> tuple[list, list]:
+    """The forward items and the backward items of ``chunks`` (``kept_actions``)."""
     pairs = [kept_actions(c, keep) for c in chunks]
-    fwd, bwd = [f for f, _ in pairs], [b for _, b in pairs]
-    return [interleave_1f1b(fwd, bwd, stage, num_stages)
-            for stage in (range(num_stages) if stages is None else stages)]
+    return [f for f, _ in pairs], [b for _, b in pairs]
 
 
 def interleave_1f1b(fwd: list[list[Action]], bwd: list[list[Action]], stage: int,

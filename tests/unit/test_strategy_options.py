@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ltsim.errors import ConfigError
@@ -58,19 +62,15 @@ def test_a_simulation_reports_an_unused_option_among_its_warnings(tmp_path):
 def test_a_command_imports_only_the_strategy_it_plans_with():
     # the registry imports a strategy's module when first asked (about 20 ms of start-up for all
     # twelve); a grid key of the scenario's own strategy is checked without importing the others
-    import subprocess
-    import sys
-
     code = ("import sys\n"
             "from ltsim.scenario import check_override_key, load_scenario\n"
+            "from ltsim.strategies import MODULES\n"
             "load_scenario('scenarios/quickstart.toml')\n"
             "check_override_key('strategy.chunk_size', '--grid')\n"
-            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
-            "             if m.startswith('ltsim.strategies.') and m.rsplit('.', 1)[1] in\n"
-            "             __import__('ltsim.strategies').strategies.MODULES.values()))\n")
+            "print(*sorted(m for m in MODULES.values() if 'ltsim.strategies.' + m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=__import__("pathlib").Path(__file__).resolve().parents[2])
-    assert out.stdout.split() == ["['chunkflow']"]
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["chunkflow"]
 
 
 def test_every_strategy_module_is_named_as_its_registry_entry_and_keys_check_against_all():

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = _env() | {"LTSIM_ROOT": str(ROOT), "LTSIM_EXECUTOR": args.executor,
                         "LTSIM_DB": str(Path(tmp) / "sweep.db")}
-        import time
-
         env["LTSIM_T0"] = repr(time.time())  # just before the child starts
         child = subprocess.run([sys.executable, "-c", CHILD], env=env, cwd=ROOT,
                                capture_output=True, text=True)
