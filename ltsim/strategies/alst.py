@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, replace
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, Tiling
-from ltsim.strategies.base import PlanContext, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas
 from ltsim.strategies.deepspeed_cp import check_no_pipeline
 from ltsim.strategies.lowering import DEFAULT_PASSES, lower
 from ltsim.strategies.offload import offload
@@ -107,7 +107,7 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, grid: L
     devices = tuple(replace(d, offload_optimizer=options.offload_optimizer) for d in grid.devices())
     chunks: list[Chunk] = []
     orders: dict[int, list[Action]] = {}
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
         device = devices[grid.device(replica, 0)]
         actions: list[Action] = []
         for seq in seq_ids:

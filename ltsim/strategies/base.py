@@ -107,9 +107,11 @@ def check_time_limit(value: float) -> None:
 
 
 def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
-    """Sequence ids of each DP replica: contiguous, near-equal counts. (Megatron's and
-    LongAlign's samplers deal consecutive samples across the ranks each micro-step instead:
-    validation/papers/skrull.md.)"""
+    """Sequence ids of each DP replica: contiguous, near-equal counts. The strategies built on
+    Megatron-LM take their shares so: its random sampler draws each rank's samples from that
+    rank's own contiguous bucket of the dataset (``data_sharding``), and a sampled global batch is
+    i.i.d. draws whichever share a rank gets. The DeepSpeed family deals the batch instead
+    (``deal_replicas``)."""
     base, extra = divmod(len(batch), dp)
     out, first = [], 0
     for rank in range(dp):
@@ -117,3 +119,12 @@ def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
         out.append(list(range(first, stop)))
         first = stop
     return out
+
+
+def deal_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
+    """Sequence ids of each DP replica as PyTorch's DistributedSampler deals a global batch (the
+    DeepSpeed engines, HF Trainer; LongAlign's sequential sampler over its sorted groups, one
+    sequence per GPU a micro-step): rank r gets sequences r, r + dp, r + 2 dp, ... Neighbours in
+    the batch so run in the same micro-step on different ranks, which is what sorted batching
+    relies on: ZeRO-2/3 synchronise the ranks every micro-step (PAPERS.md section 7)."""
+    return [list(range(rank, len(batch), dp)) for rank in range(dp)]

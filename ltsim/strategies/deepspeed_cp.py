@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Buffer, Chunk, Keep, OpKind, Plan, Slice, Split, Work
-from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import kept_actions
 from ltsim.strategies.schedule import Action, Layout, Schedule, keep_policy, one_layer_work
@@ -114,7 +114,7 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: s
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
         groups = ([seq_ids[i:i + size] for i in range(0, len(seq_ids), size)] if size else
                   pack_in_order(seq_ids, batch, limit))
         replicas.append([])

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, Split, Work
 from ltsim.strategies import dacp as sched
-from ltsim.strategies.base import PlanContext, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas
 from ltsim.strategies.deepspeed_cp import bucket_tokens, check_bucket, check_no_pipeline, pack_in_order
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, keep_policy, mems
@@ -70,7 +70,7 @@ def micro_batches(batch, ctx: PlanContext, options: Options, capacity: int,
     """Per DP rank, its micro-batches as lists of sequence ids."""
     par = ctx.parallel
     if options.scheduling == "none":
-        return [pack_in_order(ids, batch, capacity * par.cp) for ids in split_replicas(batch, par.dp)]
+        return [pack_in_order(ids, batch, capacity * par.cp) for ids in deal_replicas(batch, par.dp)]
 
     def fits(mb: list[int]) -> bool:
         found = _place(mb, batch, par.cp, capacity, loads, options)

@@ -5,7 +5,9 @@ It is a workload transform, not a schedule: the registry samples this strategy's
 with ``workload.batching = "sorted-groups"`` (``BATCHING`` below; workload.py sorts a pool of
 draws standing in for the dataset, cuts consecutive groups of the global batch size and picks
 groups at random), and each batch then runs on the DeepSpeed ZeRO + CP engine exactly as
-``deepspeed-cp`` does (options included).
+``deepspeed-cp`` does (options included), dealt over the DP ranks as LongAlign's sampler deals it:
+rank r gets sequences r, r + dp, ... (``strategies/base.deal_replicas``), so the ranks' i-th
+micro-steps hold neighbouring lengths.
 """
 
 from __future__ import annotations

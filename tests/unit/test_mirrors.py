@@ -29,6 +29,14 @@ CASES = [("megatron-1f1b", {}, 4, 4, 1, "selective"),
          ("deepspeed-cp", {"bucket_size": 40}, 1, 3, 2, "selective"),  # ZeRO-2: a reduction per step
          ("sorted-batching", {"bucket_size": 64}, 1, 2, 4, "full")]
 BASE = (40, 7, 23, 16, 3)
+DEALT = {"deepspeed-cp", "sorted-batching"}  # deal the batch over the ranks (deal_replicas)
+
+
+def _replicated(name, dp):
+    """A batch in which every one of ``dp`` replicas gets BASE: repeated whole for a strategy
+    that splits the batch in contiguous shares, each length ``dp`` times in a row for one that
+    deals it."""
+    return tuple(x for x in BASE for _ in range(dp)) if name in DEALT else BASE * dp
 
 
 def _ctx(pp, dp, cp, recompute, cost=None):
@@ -52,7 +60,7 @@ def _both(monkeypatch, name, options, lengths, ctx):
 def test_a_mirrored_plan_written_out_is_the_plan_without_mirrors(monkeypatch, name, options, pp, dp,
                                                                   cp, recompute):
     ctx = _ctx(pp, dp, cp, recompute)
-    compact, full = _both(monkeypatch, name, options, BASE * dp, ctx)
+    compact, full = _both(monkeypatch, name, options, _replicated(name, dp), ctx)
     assert [m.replica for m in compact.mirrors] == list(range(1, dp))
     assert {p.device for p in compact.programs} == {d.index for d in compact.devices if d.replica == 0}
     assert not full.mirrors
@@ -64,7 +72,7 @@ def test_a_mirrored_plan_written_out_is_the_plan_without_mirrors(monkeypatch, na
 def test_the_engine_replays_a_mirror_once_and_reports_every_device(monkeypatch, name, options, pp,
                                                                    dp, cp, recompute):
     ctx = _ctx(pp, dp, cp, recompute)
-    compact, full = _both(monkeypatch, name, options, BASE * dp, ctx)
+    compact, full = _both(monkeypatch, name, options, _replicated(name, dp), ctx)
     engine = Engine(ctx.cost)
     shared, whole = engine.run(compact), engine.run(full)
     assert len(shared.events) * dp == len(whole.events)

@@ -245,6 +245,27 @@ def test_zero2_every_micro_step_waits_for_the_slowest_ranks_backward_to_end():
     assert makespan((16, 1, 1, 16)) == makespan((16, 16, 16, 16)) == 2 * 3 * 16
 
 
+@pytest.mark.parametrize("name", ["deepspeed-cp", "sorted-batching"])
+def test_the_deepspeed_family_deals_the_batch_over_the_ranks(name):
+    """DistributedSampler's dealing (rank r gets sequences r, r + dp, ...): the two ranks' i-th
+    micro-steps hold neighbours of the batch, so a sorted batch pairs the short sequences in one
+    micro-step and the long ones in the next, 3 x (1 + 16) units under ZeRO-2's per-step sync.
+    Contiguous shares (rank 0 the two short ones, rank 1 the long ones) took 2 x 3 x 16, and
+    sorted batching then gained nothing by sorting (validation/papers/skrull.md)."""
+    from tests.conftest import unit_ctx, unit_engine
+
+    strategy = get_strategy(name)
+    options = strategy.parse({"micro_batch_size": 1})
+    plan = strategy.plan((1, 1, 16, 16), unit_ctx(dp=2, zero_stage=2), options)
+    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices] for r in (0, 1)] == [
+        [0, 2], [1, 3]]
+    assert unit_engine().run(plan).makespan_s == 3 * (1 + 16)
+    megatron = get_strategy("megatron-1f1b")  # Megatron's data-sharding sampler: contiguous
+    plan = megatron.plan((1, 1, 16, 16), unit_ctx(dp=2), megatron.parse({}))
+    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices] for r in (0, 1)] == [
+        [0, 1], [2, 3]]
+
+
 def test_zero3_keeps_its_parameters_sharded_after_the_step():
     # ZeRO-3 gathers parameters per op; a step-end all-gather (Megatron's distributed optimizer's,
     # ZeRO-1/2) was added too, an exposed 2 B/param that DeepSpeed and FSDP do not move
