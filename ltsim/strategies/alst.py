@@ -107,7 +107,9 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, grid: L
     devices = tuple(replace(d, offload_optimizer=options.offload_optimizer) for d in grid.devices())
     chunks: list[Chunk] = []
     orders: dict[int, list[Action]] = {}
-    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
+    # ArcticTraining deals the batch over every GPU (DistributedSampler) and each Ulysses group
+    # runs its cp ranks' samples one after another: a replica gets cp consecutive sequences a turn
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp, ctx.parallel.cp)):
         device = devices[grid.device(replica, 0)]
         actions: list[Action] = []
         for seq in seq_ids:

@@ -106,25 +106,15 @@ def check_time_limit(value: float) -> None:
                           value, "e.g. strategy.milp_time_limit_s = 1.0")
 
 
-def split_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
-    """Sequence ids of each DP replica: contiguous, near-equal counts. The strategies built on
-    Megatron-LM take their shares so: its random sampler draws each rank's samples from that
-    rank's own contiguous bucket of the dataset (``data_sharding``), and a sampled global batch is
-    i.i.d. draws whichever share a rank gets. The DeepSpeed family deals the batch instead
-    (``deal_replicas``)."""
-    base, extra = divmod(len(batch), dp)
-    out, first = [], 0
-    for rank in range(dp):
-        stop = first + base + (1 if rank < extra else 0)
-        out.append(list(range(first, stop)))
-        first = stop
-    return out
-
-
-def deal_replicas(batch: tuple[int, ...], dp: int) -> list[list[int]]:
-    """Sequence ids of each DP replica as PyTorch's DistributedSampler deals a global batch (the
-    DeepSpeed engines, HF Trainer; LongAlign's sequential sampler over its sorted groups, one
-    sequence per GPU a micro-step): rank r gets sequences r, r + dp, r + 2 dp, ... Neighbours in
-    the batch so run in the same micro-step on different ranks, which is what sorted batching
-    relies on: ZeRO-2/3 synchronise the ranks every micro-step (PAPERS.md section 7)."""
-    return [list(range(rank, len(batch), dp)) for rank in range(dp)]
+def deal_replicas(batch: tuple[int, ...], dp: int, block: int = 1) -> list[list[int]]:
+    """Sequence ids of each DP replica, dealt as the training frameworks' samplers deal a global
+    batch: blocks of ``block`` consecutive sequences go round the ranks, rank r getting blocks r,
+    r + dp, r + 2 dp, ... Megatron-LM's default sampler (MegatronPretrainingSampler) hands each
+    rank ``micro_batch_size`` consecutive samples a micro-step (``block`` = the micro-batch size),
+    PyTorch's DistributedSampler (DeepSpeed's loader) one sample at a time (``block`` = 1),
+    accelerate (HF Trainer, LongAlign) a whole per-device batch. So the ranks' i-th micro-steps
+    hold neighbours of the batch, which is what sorted batching relies on: ZeRO-2/3 synchronise
+    the ranks every micro-step (PAPERS.md section 7)."""
+    n, step = len(batch), dp * block
+    return [[i for first in range(rank * block, n, step)
+             for i in range(first, min(first + block, n))] for rank in range(dp)]

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan
-from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.chunking import pack_sequences, renumber, split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.packing import POLICIES
@@ -165,7 +165,7 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     chunks: list[Chunk] = []
     replicas = []
     spent: list = []
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
         mine, groups = construct_chunks(seq_ids, batch, options, len(chunks), replica, spent)
         chunks += mine
         replicas.append((mine, groups))

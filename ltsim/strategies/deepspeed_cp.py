@@ -104,8 +104,11 @@ def pack_in_order(seq_ids: list[int], lengths: tuple[int, ...], limit: int) -> l
     return groups
 
 
-def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: str) -> Schedule:
-    """Micro-batches of whole sequences, sharded over the CP group, on lockstep devices."""
+def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: str,
+             block: int = 1) -> Schedule:
+    """Micro-batches of whole sequences, sharded over the CP group, on lockstep devices; the
+    batch dealt over the DP ranks ``block`` sequences at a time (``deal_replicas``: DeepSpeed's
+    DistributedSampler deals one)."""
     check_no_pipeline(ctx, name)
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     size = options.micro_batch_size
@@ -114,7 +117,7 @@ def schedule(batch: tuple[int, ...], ctx: PlanContext, options: Options, name: s
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
-    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp, block)):
         groups = ([seq_ids[i:i + size] for i in range(0, len(seq_ids), size)] if size else
                   pack_in_order(seq_ids, batch, limit))
         replicas.append([])

@@ -51,7 +51,7 @@ from typing import Callable
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, op_key
 from ltsim.strategies import epp, schedule
-from ltsim.strategies.base import PlanContext, check_time_limit, positive, split_replicas
+from ltsim.strategies.base import PlanContext, check_time_limit, deal_replicas, positive
 from ltsim.strategies.epp_chunking import CHUNKINGS, Unit, chunk_balanced, chunk_fixed, mesh
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
@@ -282,7 +282,7 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
     chunks: list[Chunk] = []
     orders: dict[int, list[Action]] = {}
     chosen, num_pipes, solved = [], 0, True
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
         if not seq_ids:
             continue
         try:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Plan
 from ltsim.work import make_chunk, make_slice, slice_columns, whole_sequences
-from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b_stages
 from ltsim.strategies.schedule import Layout, Schedule, keep_policy
@@ -59,7 +59,9 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    # Megatron's sampler hands each rank micro_batch_size consecutive samples a micro-step
+    dealt = deal_replicas(batch, ctx.parallel.dp, options.micro_batch_size)
+    for replica, seq_ids in enumerate(dealt):
         if options.micro_batch_size == 1 and not options.pack_tokens:  # a sequence a chunk
             mine = whole_sequences(seq_ids, batch, len(chunks), replica)
         else:

@@ -229,8 +229,9 @@ class Layout:
     def mirrors(self, replicas: list[list[Chunk]], seq_lengths: tuple[int, ...],
                 columns: dict[str, np.ndarray] | None = None) -> tuple[Mirror, ...]:
         """The replicas (``replicas[r]``: replica r's chunks, in order) whose chunks have the token
-        layout of an earlier replica's, in the same order, over sequence ids shifted by a constant
-        (a contiguous share of the batch): a strategy whose orders depend on nothing else plans
+        layout of an earlier replica's, in the same order, over sequence ids at the same offsets
+        from the replica's first (a share of the batch dealt as ``deal_replicas`` deals it, or a
+        contiguous one): a strategy whose orders depend on nothing else plans
         the first only (ltsim/mirrors.py). ``columns``: work.slice_columns of the replicas'
         chunks one after another, if already made."""
         if len(replicas) < 2:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Keep, OpKind, Plan, op_key
-from ltsim.strategies.base import PlanContext, positive, split_replicas
+from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.chunking import split_sequence
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
@@ -73,7 +73,7 @@ def sequence_chunks(batch: tuple[int, ...], ctx: PlanContext, chunk_size: int
     check_chunk_count(sum(-(-n // chunk_size) for n in batch), "strategy.chunk_size", chunk_size)
     chunks: list[Chunk] = []
     sequences: list[list[int]] = []
-    for replica, seq_ids in enumerate(split_replicas(batch, ctx.parallel.dp)):
+    for replica, seq_ids in enumerate(deal_replicas(batch, ctx.parallel.dp)):
         for seq in seq_ids:
             pieces = split_sequence(seq, batch[seq], chunk_size, replica)
             sequences.append(list(range(len(chunks), len(chunks) + len(pieces))))

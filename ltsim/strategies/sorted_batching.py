@@ -5,9 +5,10 @@ It is a workload transform, not a schedule: the registry samples this strategy's
 with ``workload.batching = "sorted-groups"`` (``BATCHING`` below; workload.py sorts a pool of
 draws standing in for the dataset, cuts consecutive groups of the global batch size and picks
 groups at random), and each batch then runs on the DeepSpeed ZeRO + CP engine exactly as
-``deepspeed-cp`` does (options included), dealt over the DP ranks as LongAlign's sampler deals it:
-rank r gets sequences r, r + dp, ... (``strategies/base.deal_replicas``), so the ranks' i-th
-micro-steps hold neighbouring lengths.
+``deepspeed-cp`` does (options included), dealt over the DP ranks as LongAlign's trainer deals it
+(accelerate hands each rank a per-device batch in turn, ``micro_batch_size`` sequences, one when
+bucketing): rank r gets sequences r, r + dp, ... (``strategies/base.deal_replicas``), so the
+ranks' i-th micro-steps hold neighbouring lengths.
 """
 
 from __future__ import annotations
@@ -24,4 +25,5 @@ __all__ = ["BATCHING", "NAME", "Options", "plan"]
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
-    return lower(schedule(batch, ctx, options, NAME), Layout.of(ctx.parallel, ctx.model.num_layers))
+    return lower(schedule(batch, ctx, options, NAME, block=options.micro_batch_size or 1),
+                 Layout.of(ctx.parallel, ctx.model.num_layers))

@@ -212,3 +212,14 @@ def test_memory_model_holds_what_the_rebuilt_alst_layer_allocates(sp, tiled):
                                                  tiled_mlp=tiled)
                   + mem.backward_working_bytes_per_token(LLAMA, par))
     assert 0.95 * rebuilt <= ltsim <= 1.25 * rebuilt
+
+
+def test_each_ulysses_group_gets_its_ranks_consecutive_sequences():
+    """ArcticTraining deals the batch over every GPU (DistributedSampler) and each Ulysses group
+    runs the samples of its cp ranks one after another: on dp 2 x cp 2, group 0 (GPUs 0, 1) gets
+    sequences 0, 1, 4, 5 and group 1 (GPUs 2, 3) 2, 3, 6, 7."""
+    par = ParallelConfig(dp=2, cp=2, recompute="full", zero_stage=3)
+    plan = ALST.plan((4096,) * 8, PlanContext(model=SMALL, parallel=par, cost=_cost(4)),
+                     ALST.parse({}))
+    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices] for r in (0, 1)] == [
+        [0, 1, 4, 5], [2, 3, 6, 7]]

@@ -29,14 +29,16 @@ CASES = [("megatron-1f1b", {}, 4, 4, 1, "selective"),
          ("deepspeed-cp", {"bucket_size": 40}, 1, 3, 2, "selective"),  # ZeRO-2: a reduction per step
          ("sorted-batching", {"bucket_size": 64}, 1, 2, 4, "full")]
 BASE = (40, 7, 23, 16, 3)
-DEALT = {"deepspeed-cp", "sorted-batching"}  # deal the batch over the ranks (deal_replicas)
 
 
-def _replicated(name, dp):
-    """A batch in which every one of ``dp`` replicas gets BASE: repeated whole for a strategy
-    that splits the batch in contiguous shares, each length ``dp`` times in a row for one that
-    deals it."""
-    return tuple(x for x in BASE for _ in range(dp)) if name in DEALT else BASE * dp
+def _replicated(options, dp):
+    """A batch in which every one of ``dp`` replicas gets BASE, as strategies deal a batch over
+    the ranks (``deal_replicas``): each block of ``micro_batch_size`` sequences (one when packing)
+    ``dp`` times in a row."""
+    size = options.get("micro_batch_size") or 1
+    base = BASE[:len(BASE) - len(BASE) % size]  # whole micro-batches, as Megatron's batches are
+    blocks = [base[i:i + size] for i in range(0, len(base), size)]
+    return tuple(x for block in blocks for _ in range(dp) for x in block)
 
 
 def _ctx(pp, dp, cp, recompute, cost=None):
@@ -60,7 +62,7 @@ def _both(monkeypatch, name, options, lengths, ctx):
 def test_a_mirrored_plan_written_out_is_the_plan_without_mirrors(monkeypatch, name, options, pp, dp,
                                                                   cp, recompute):
     ctx = _ctx(pp, dp, cp, recompute)
-    compact, full = _both(monkeypatch, name, options, _replicated(name, dp), ctx)
+    compact, full = _both(monkeypatch, name, options, _replicated(options, dp), ctx)
     assert [m.replica for m in compact.mirrors] == list(range(1, dp))
     assert {p.device for p in compact.programs} == {d.index for d in compact.devices if d.replica == 0}
     assert not full.mirrors
@@ -72,7 +74,7 @@ def test_a_mirrored_plan_written_out_is_the_plan_without_mirrors(monkeypatch, na
 def test_the_engine_replays_a_mirror_once_and_reports_every_device(monkeypatch, name, options, pp,
                                                                    dp, cp, recompute):
     ctx = _ctx(pp, dp, cp, recompute)
-    compact, full = _both(monkeypatch, name, options, _replicated(name, dp), ctx)
+    compact, full = _both(monkeypatch, name, options, _replicated(options, dp), ctx)
     engine = Engine(ctx.cost)
     shared, whole = engine.run(compact), engine.run(full)
     assert len(shared.events) * dp == len(whole.events)
@@ -90,24 +92,25 @@ def test_the_engine_replays_a_mirror_once_and_reports_every_device(monkeypatch, 
 
 
 def test_only_replicas_with_an_earlier_ones_layout_are_mirrors():
-    """dp 3: replicas 0 and 2 get the same lengths, replica 1 others; sequence ids are renumbered
-    in order (replica 2's first sequence plays replica 0's first)."""
+    """dp 3, the batch dealt (rank r gets sequences r and r + 3): replicas 0 and 2 get the same
+    lengths, replica 1 others; sequence ids are renumbered in order (replica 2's first sequence
+    plays replica 0's first)."""
     ctx = _ctx(2, 3, 1, "selective")
     strategy = REGISTRY["megatron-1f1b"]
-    plan = strategy.plan((5, 9, 6, 6, 5, 9), ctx, strategy.parse({}))
+    plan = strategy.plan((5, 6, 5, 9, 6, 9), ctx, strategy.parse({}))
     (mirror,) = plan.mirrors
     assert (mirror.replica, mirror.source) == (2, 0)
     assert mirror.chunks == ((0, 4), (1, 5))
     assert mirror.devices == ((0, 4), (1, 5))
     assert {p.device for p in plan.programs} == {0, 1, 2, 3}
-    swapped = strategy.plan((5, 9, 6, 6, 9, 5), ctx, strategy.parse({}))
+    swapped = strategy.plan((5, 6, 9, 9, 6, 5), ctx, strategy.parse({}))
     assert not swapped.mirrors  # same lengths in another order: another schedule
 
 
 def test_a_mirror_that_does_not_repeat_its_source_is_refused():
     ctx = _ctx(2, 2, 1, "selective")
     strategy = REGISTRY["megatron-1f1b"]
-    plan = strategy.plan((5, 9, 5, 9), ctx, strategy.parse({}))
+    plan = strategy.plan((5, 5, 9, 9), ctx, strategy.parse({}))  # each rank (5, 9)
     (mirror,) = plan.mirrors
     bad_chunks = replace(plan, mirrors=(mirror._replace(chunks=((0, 3), (1, 2))),))
     with pytest.raises(PlanError, match="does not have chunk 0's token layout"):
@@ -173,7 +176,7 @@ def test_the_slice_columns_a_strategy_hands_the_checks_are_its_chunks():
 
     ctx = _ctx(2, 3, 1, "selective")
     strategy = REGISTRY["megatron-1f1b"]
-    plan = strategy.plan(BASE * 3, ctx, strategy.parse({}))
+    plan = strategy.plan(_replicated({}, 3), ctx, strategy.parse({}))
     assert plan.mirrors
     handed, made = _pieces(plan), slice_columns(plan.chunks)
     assert handed.keys() == made.keys()

@@ -260,10 +260,20 @@ def test_the_deepspeed_family_deals_the_batch_over_the_ranks(name):
     assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices] for r in (0, 1)] == [
         [0, 2], [1, 3]]
     assert unit_engine().run(plan).makespan_s == 3 * (1 + 16)
-    megatron = get_strategy("megatron-1f1b")  # Megatron's data-sharding sampler: contiguous
-    plan = megatron.plan((1, 1, 16, 16), unit_ctx(dp=2), megatron.parse({}))
-    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices] for r in (0, 1)] == [
-        [0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("size,dealt", [(1, [[0, 2, 4, 6], [1, 3, 5, 7]]),
+                                        (2, [[0, 1, 4, 5], [2, 3, 6, 7]])])
+def test_megatron_deals_a_micro_batch_of_consecutive_sequences_to_each_rank(size, dealt):
+    """Megatron-LM's default sampler (MegatronPretrainingSampler) hands rank r the samples
+    [r m, (r + 1) m) of every m x dp it takes, m the micro-batch size."""
+    from tests.conftest import unit_ctx
+
+    megatron = get_strategy("megatron-1f1b")
+    plan = megatron.plan((4,) * 8, unit_ctx(dp=2), megatron.parse({"micro_batch_size": size}))
+    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices]
+            for r in (0, 1)] == dealt
+    assert all(len(c.slices) == size for c in plan.chunks)
 
 
 def test_zero3_keeps_its_parameters_sharded_after_the_step():
