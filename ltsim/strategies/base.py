@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from ltsim.costs import CostModel
@@ -116,5 +117,6 @@ def deal_replicas(batch: tuple[int, ...], dp: int, block: int = 1) -> list[list[
     hold neighbours of the batch, which is what sorted batching relies on: ZeRO-2/3 synchronise
     the ranks every micro-step (PAPERS.md section 7)."""
     n, step = len(batch), dp * block
-    return [[i for first in range(rank * block, n, step)
-             for i in range(first, min(first + block, n))] for rank in range(dp)]
+    # a rank's t-th sequence of each block comes every dp x block: ``block`` ranges, merged
+    return [sorted(chain.from_iterable(range(rank * block + t, n, step) for t in range(block)))
+            for rank in range(dp)]
