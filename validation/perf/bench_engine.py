@@ -152,14 +152,15 @@ def scale_cases(repeats: int) -> None:
                   f"to Result | - | - | - | {seconds:.2f} |")
 
 
-def _sweep_seconds(grid: list[str], executor: str) -> float:
+def _sweep_seconds(grid: list[str], executor: str, root: Path = ROOT) -> float:
+    """Wall time of ``ltsim sweep`` over ``grid`` in the checkout at ``root`` (its own ltsim)."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "ltsim", "sweep", str(ROOT / "scenarios" / "quickstart.toml"),
+        command = [sys.executable, "-m", "ltsim", "sweep", str(root / "scenarios" / "quickstart.toml"),
                    "--executor", executor, "--db", str(Path(tmp) / "sweep.db")]
         for spec in grid:
             command += ["--grid", spec]
         start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, cwd=ROOT, env=_USER_ENV)
+        subprocess.run(command, check=True, capture_output=True, cwd=root, env=_USER_ENV)
         return time.perf_counter() - start
 
 
