@@ -165,8 +165,9 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     fp = fingerprint(scenario.raw)
     stored = store.stored(fp)
     inputs = _point_inputs(scenario, points)
+    wanted = {point_key(p): p for p in points}
     done = {key: row for key, (digest, row) in stored.items()
-            if digest == inputs.get(key) and _usable(row)}
+            if digest == inputs.get(key) and _usable(row, wanted.get(key, {}))}
     todo = [p for p in points if point_key(p) not in done]
     stale = sum(1 for p in todo if point_key(p) in stored  # (a row edited by hand and left
                 and stored[point_key(p)][0] != inputs.get(point_key(p)))  # unusable is not)
@@ -185,19 +186,27 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     return [done[point_key(p)] for p in points]
 
 
-def _usable(row: dict[str, Any]) -> bool:
-    """A stored row as evaluate_point writes it: an error (text, not fitting), or every metric, a
-    number each and ``fits`` a bool (a row edited by hand otherwise is simulated again and
-    replaced)."""
+def _usable(row: dict[str, Any], overrides: dict[str, Any]) -> bool:
+    """A stored row as evaluate_point writes it for the point ``overrides``: the point's values,
+    then an error (text, not fitting) or every metric, each a finite number of its range (the
+    ratios within [0, 1], the rest not negative; MFU None with unit costs) and ``fits`` a bool. A
+    row edited by hand otherwise is simulated again and replaced: its numbers would be printed
+    and ranked as ltsim's, and its text printed as the point's."""
+    if any(row.get(k) != v for k, v in overrides.items()):
+        return False
     if "error" in row:
         return isinstance(row["error"], str) and row.get("fits") is False
+    mfu = row.get("mfu", 0)
     return (all(_number(row.get(k)) for k in METRICS if k not in ("fits", "mfu"))
-            and (row.get("mfu", 0) is None or _number(row.get("mfu", 0)))  # None: unit costs
-            and isinstance(row.get("fits"), bool) and _number(row.get("warnings", 0)))
+            and all(row[k] <= 1 for k in ("bubble_ratio", "recompute_ratio"))
+            and (mfu is None or _number(mfu)) and isinstance(row.get("fits"), bool)
+            and _number(row.get("warnings", 0)))
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number, not negative (a bool is no number here)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 def _point_inputs(scenario: Scenario, points: list[dict[str, Any]]) -> dict[str, str]:

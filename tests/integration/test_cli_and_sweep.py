@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,31 @@ def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored
     again = capsys.readouterr()
     assert json.loads(again.out) == first and "points read" not in again.err
     assert "stale" not in again.err  # its inputs did not change (it said so: a probe)
+
+
+@pytest.mark.parametrize("edit", [{"iteration_time_s": math.nan}, {"iteration_time_s": math.inf},
+                                  {"iteration_time_s": -48.0}, {"bubble_ratio": 7.5},
+                                  {"peak_memory_bytes": -6}, {"strategy.k": "MARKER-7f3a"}])
+def test_a_stored_row_with_impossible_numbers_or_another_points_values_is_simulated_again(
+        tmp_path, capsys, edit):
+    """A well-formed row edited by hand (a review's fuzzing): its NaN, infinite or negative time
+    was printed and ranked first, a bubble of 750% printed, and text written into its point's
+    value printed as the point's. Now each is simulated again and replaced."""
+    import sqlite3
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    with sqlite3.connect(db) as connection:
+        for point, result in connection.execute("SELECT point, result FROM results").fetchall():
+            connection.execute("UPDATE results SET result = ? WHERE point = ?",
+                               (json.dumps({**json.loads(result), **edit}), point))
+    assert main(args) == 0
+    again = capsys.readouterr()
+    assert json.loads(again.out) == first and "points read" not in again.err
+    assert "MARKER" not in again.out + again.err
 
 
 def test_a_stored_row_records_when_in_unix_seconds(tmp_path, capsys):
