@@ -211,6 +211,15 @@ def test_sweep_ranks_fitting_plans_and_resumes(tmp_path, capsys):
     assert [row[4] == "-" for row in table] == [row[-3] == "NO" for row in table]  # "46.000 s"
 
 
+def _swept(tmp_path, capsys):
+    """A two-point sweep's command line, its store and the rows it printed (--json)."""
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    db = tmp_path / "s.sqlite"
+    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db), "--json"]
+    assert main(args) == 0
+    return args, db, json.loads(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("stored", ["[1, 2]", "null", "7", "not json", "{}",
                                     "[" * 100_000 + "]" * 100_000,  # past json's recursion
                                     "json_set(result, '$.iteration_time_s', 'x')",
@@ -227,11 +236,7 @@ def test_a_stored_row_edited_by_hand_is_simulated_again(tmp_path, capsys, stored
             f"SELECT {stored} FROM (SELECT ? AS result)",
             ('{"iteration_time_s": 1.0, "fits": true}',)).fetchone()[0]
 
-    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
-    db = tmp_path / "s.sqlite"
-    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db), "--json"]
-    assert main(args) == 0
-    first = json.loads(capsys.readouterr().out)
+    args, db, first = _swept(tmp_path, capsys)
     with sqlite3.connect(db) as connection:
         connection.execute("UPDATE results SET result = ?", (stored,))
     assert main(args) == 0
@@ -250,11 +255,7 @@ def test_a_stored_row_with_impossible_numbers_or_another_points_values_is_simula
     value printed as the point's. Now each is simulated again and replaced."""
     import sqlite3
 
-    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
-    db = tmp_path / "s.sqlite"
-    args = ["sweep", str(example), "--grid", "strategy.k=1,2", "--db", str(db), "--json"]
-    assert main(args) == 0
-    first = json.loads(capsys.readouterr().out)
+    args, db, first = _swept(tmp_path, capsys)
     with sqlite3.connect(db) as connection:
         for point, result in connection.execute("SELECT point, result FROM results").fetchall():
             connection.execute("UPDATE results SET result = ? WHERE point = ?",
