@@ -66,11 +66,24 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
 
 def _resolved(flag: str, path: Path) -> Path:
     """``path.resolve()``; a symbolic-link loop (a RuntimeError in Python 3.11, an OSError
-    later) is a ConfigError naming ``flag``."""
+    later), or a relative path in a working directory that was deleted, is a ConfigError naming
+    ``flag``."""
     try:
         return path.resolve()
     except (OSError, RuntimeError):
+        if not path.is_absolute() and not _cwd_exists():
+            raise ConfigError(flag, "a path ltsim can resolve", str(path),
+                              "the current directory no longer exists: cd to one that does, or "
+                              "give an absolute path") from None
         raise _loop(flag, path) from None
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except OSError:  # (FileNotFoundError: the directory was removed while the shell sat in it)
+        return False
+    return True
 
 
 def _loop(flag: str, path: Path) -> ConfigError:

@@ -822,3 +822,18 @@ def test_a_trace_named_gz_is_gzipped_json_and_a_model_twice_is_refused(tmp_path,
                  "llama-tiny", "--model", "llama-tiny"]) == 2
     assert "'--model' must be each model once (got 'llama-tiny')" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("flags", [["--trace", "t.json"], ["--plot", "g.png"]])
+def test_an_output_in_a_deleted_working_directory_is_refused_as_such(tmp_path, monkeypatch,
+                                                                      capsys, flags):
+    """Run from a folder deleted under the shell, a relative output was refused as "a path without
+    a symbolic-link loop" (a fuzzing review): Path.resolve() fails on getcwd."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["simulate", str(example), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "the current directory no longer exists" in err and "link loop" not in err
