@@ -400,7 +400,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
     from ltsim.errors import ProfileError
     from ltsim.profiles import available_profiles, load_profile, resolve_profile
-    from ltsim.scenario import load_scenario
+    from ltsim.scenario import load_scenario, parse_override
     from ltsim.validate import (require_real_device, same_kind_of_device, summary_text,
                                 validate_scenario, write_outputs)
 
@@ -420,6 +420,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                           "give a directory written by `ltsim profile`, or a bundled name",
                           context=exc.problem_and_fix()[0]) from None
     check_folder("--out", args.out)
+    for text in args.set or ():  # --profile becomes hardware.profile: a --set of it was dropped
+        key, value = parse_override(text)
+        if key == "hardware.profile":
+            raise ConfigError("--set", "a key other than hardware.profile (validate prices with "
+                              "--profile)", text, f"drop it, or pass --profile {value}")
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
     other_model = same_kind_of_device(scenario, profile, args.profile)

@@ -343,6 +343,10 @@ def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
     assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
                      "--set", "hardware.loss_kernel=fused"]) == 2  # the executor runs torch's
     assert "@ hardware.loss_kernel must be torch to validate" in capsys.readouterr().err
+    # --profile is the hardware.profile validate prices with: a --set of it was dropped silently
+    assert cli_main(["validate", str(scenario), "--profile", "profiles/cpu-ci",
+                     "--set", "hardware.profile=h200"]) == 2
+    assert "'--set' must be a key other than hardware.profile" in capsys.readouterr().err
     # a setup the executor does not run is refused before the run is announced (it followed it)
     tiny = repo / "scenarios" / "examples" / "cpu-llama-tiny-chunkflow.toml"
     assert cli_main(["validate", str(tiny), "--profile", "profiles/cpu-ci", "--set",
