@@ -279,6 +279,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.db is not None and str(args.db) == ":memory:":  # SQLite's name for no file at all
         raise ConfigError("--db", "a file (a sweep resumes from it)", str(args.db),
                           "give a file name, e.g. --db out/sweep.sqlite, or leave --db out")
+    if args.db is not None and str(args.db)[:5].lower() == "file:":  # no URI's mode or options
+        raise ConfigError("--db", "a file path, not an SQLite URI", str(args.db),
+                          "give the file's path, e.g. --db out/sweep.sqlite")
     check_executor(args.executor)
     if args.top < 1:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")

@@ -146,7 +146,8 @@ class SweepStore:
                 read_input(path, 16)  # raises, never waits, on a device or a kernel file
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path)
+            # a path, absolute: a name that starts "file:" is not read as a URI
+            self._conn = sqlite3.connect(str(Path(path).absolute()) if path else self.path)
             tables = {row[0] for row in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "results" not in tables:  # another program's database: leave it alone

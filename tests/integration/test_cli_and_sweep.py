@@ -837,3 +837,15 @@ def test_an_output_in_a_deleted_working_directory_is_refused_as_such(tmp_path, m
     assert main(["simulate", str(example), *flags]) == 2
     err = capsys.readouterr().err
     assert "the current directory no longer exists" in err and "link loop" not in err
+
+
+def test_an_sqlite_uri_as_the_store_is_refused_before_any_folder_is_made(tmp_path, monkeypatch,
+                                                                         capsys):
+    """SQLite reads a name that starts "file:" as a URI (its mode, its options): --db
+    'file:x/y.sqlite?mode=ro' made a folder 'file:x', then failed to open (a fuzzing review)."""
+    monkeypatch.chdir(tmp_path)
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2",
+                 "--db", "file:x/y.sqlite?mode=ro"]) == 2
+    assert "'--db' must be a file path, not an SQLite URI" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
