@@ -438,6 +438,10 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
         raise ConfigError("hardware.memory_limit_gib", "at least one token of activation (the "
                           f"unit preset counts memory in tokens: 1 GiB is {GiB:,} tokens)", limit,
                           f"give at least {1 / GiB:.3g}")
+    if limit is not None and not device.is_unit and limit * GiB > device.memory_bytes:
+        raise ConfigError("hardware.memory_limit_gib", f"at most the device's memory "
+                          f"({device.memory_bytes / GiB:g} GiB on {device.name})", limit,
+                          "omit it for the whole device, or choose a preset with more memory")
     if limit is not None and not device.is_unit and limit * GiB <= ALLOCATOR_OVERHEAD.fixed_bytes:
         raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "
                           f"({ALLOCATOR_OVERHEAD.fixed_bytes / GiB:g} GiB: CUDA context and NCCL "
