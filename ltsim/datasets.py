@@ -423,7 +423,7 @@ def _read_jsonl(path: str) -> Rows:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_Fields)
         except json.JSONDecodeError as err:
             raise ConfigError(KEY, "a JSON Lines file", path, f"fix line {i + 1}: {err.msg}") from None
         except RecursionError:  # arrays nested thousands deep
@@ -432,6 +432,9 @@ def _read_jsonl(path: str) -> Rows:
         except ValueError:  # an integer of thousands of digits
             raise ConfigError(KEY, "a JSON Lines file of realistic numbers", path,
                               f"fix line {i + 1}: a number there has thousands of digits") from None
+        if isinstance(record, _Fields) and record.twice:  # json keeps the last: one is a guess
+            raise ConfigError(KEY, "a JSON Lines file that gives a length field once a line", path,
+                              f"keep one {record.twice} on line {i + 1}")
         field = next((c for c in LENGTH_COLUMNS if isinstance(record, dict) and c in record), None)
         if field is None:
             raise ConfigError(KEY, f"a JSON Lines file with a {' or '.join(LENGTH_COLUMNS)} field", path,
@@ -448,6 +451,17 @@ def _read_jsonl(path: str) -> Rows:
         values.append(int(raw)), numbers.append(i)
     where = lambda row: f"line {numbers[row] + 1}"  # noqa: E731
     return _as_lengths(path, values, where), where
+
+
+class _Fields(dict):
+    """A JSON object as read, and which length field it gives twice (None: neither)."""
+
+    __slots__ = ("twice",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        keys = [key for key, _ in pairs]
+        self.twice = next((c for c in LENGTH_COLUMNS if keys.count(c) > 1), None)
 
 
 def _same_number(value: Any, length: int | float) -> bool:

@@ -538,3 +538,15 @@ def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
     path.write_text('{"num_tokens": 100, "t": "a\u2028b\u0085c"}\n{"num_tokens": 50}\r\n',
                     encoding="utf-8")
     assert load_dataset(str(path)).num_tokens.tolist() == [100, 50]
+
+
+def test_a_jsonl_line_that_gives_its_length_field_twice_is_refused(tmp_path: Path) -> None:
+    # json.loads keeps the last of two equal keys: 200 was read without a word (a fuzzing review);
+    # a nested object's fields are not lengths, so they may repeat
+    path = tmp_path / "l.jsonl"
+    path.write_text('{"num_tokens": 100}\n{"num_tokens": 100, "num_tokens": 200}\n')
+    with pytest.raises(ConfigError, match="gives a length field once a line.*keep one num_tokens "
+                                          "on line 2"):
+        load_dataset(str(path))
+    path.write_text('{"num_tokens": 100, "meta": {"length": 1, "length": 2}}\n')
+    assert load_dataset(str(path)).num_tokens.tolist() == [100]
