@@ -626,6 +626,14 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {QS} --strategies skrull", "quickstart.toml @ parallel.pp"),
     Case("strategy", f"simulate {QS} --set strategy.chunk_size=1",
          "quickstart.toml @ strategy.chunk_size"),
+    # -- found by a fuzzing review of about 800 commands (2026-11-29, later) --------------------
+    Case("--db", f"sweep {FIG6} --grid strategy.k=1,2 --db 'file:{{tmp}}/x/y.sqlite?mode=ro'",
+         "--db"),
+    Case("hardware", f"validate {TINY} --profile cpu-ci --set hardware.profile=h200", "--set"),
+    Case("hardware", f"simulate {QS} --set hardware.memory_limit_gib=100000",
+         "hardware.memory_limit_gib"),
+    Case("length file", "workload describe {tmp}/twice.jsonl", "twice.jsonl",
+         (("twice.jsonl", f'{{"num_tokens": 100, "num_tokens": 200, "t": "{SECRET}"}}\n'),)),
 )
 
 
