@@ -197,16 +197,17 @@ def _usable(row: dict[str, Any], overrides: dict[str, Any]) -> bool:
     if "error" in row:
         return isinstance(row["error"], str) and row.get("fits") is False
     mfu = row.get("mfu", 0)
-    return (all(_number(row.get(k)) for k in METRICS if k not in ("fits", "mfu"))
-            and all(row[k] <= 1 for k in ("bubble_ratio", "recompute_ratio"))
+    ratios = ("bubble_ratio", "recompute_ratio")  # (a busy device's bubble may round below 0)
+    return (all(_number(row.get(k)) for k in METRICS if k not in ("fits", "mfu", *ratios))
+            and all(_number(row.get(k), low=-1e-9, high=1 + 1e-9) for k in ratios)
             and (mfu is None or _number(mfu)) and isinstance(row.get("fits"), bool)
             and _number(row.get("warnings", 0)))
 
 
-def _number(value: Any) -> bool:
-    """A finite number, not negative (a bool is no number here)."""
+def _number(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
+    """A finite number within [low, high] (a bool is no number here)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
+            and math.isfinite(value) and low <= value <= high)
 
 
 def _point_inputs(scenario: Scenario, points: list[dict[str, Any]]) -> dict[str, str]:

@@ -230,9 +230,8 @@ class Layout:
                 columns: dict[str, np.ndarray] | None = None) -> tuple[Mirror, ...]:
         """The replicas (``replicas[r]``: replica r's chunks, in order) whose chunks have the token
         layout of an earlier replica's, in the same order, over sequence ids at the same offsets
-        from the replica's first (a share of the batch dealt as ``deal_replicas`` deals it, or a
-        contiguous one): a strategy whose orders depend on nothing else plans
-        the first only (ltsim/mirrors.py). ``columns``: work.slice_columns of the replicas'
+        from the replica's first (its share of the batch as ``deal_replicas`` deals it): a
+        strategy whose orders depend on nothing else plans the first only (ltsim/mirrors.py). ``columns``: work.slice_columns of the replicas'
         chunks one after another, if already made."""
         if len(replicas) < 2:
             return ()
