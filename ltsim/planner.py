@@ -192,8 +192,8 @@ def _usable(row: dict[str, Any], overrides: dict[str, Any]) -> bool:
     ratios within [0, 1], the rest not negative; MFU None with unit costs) and ``fits`` a bool. A
     row edited by hand otherwise is simulated again and replaced: its numbers would be printed
     and ranked as ltsim's, and its text printed as the point's."""
-    if any(row.get(k) != v for k, v in overrides.items()):
-        return False
+    if point_key({k: row.get(k) for k in overrides}) != point_key(overrides):  # (as stored: a
+        return False  # NaN or a TOML date in a grid compares by its text, and true is not 1)
     if "error" in row:
         return isinstance(row["error"], str) and row.get("fits") is False
     mfu = row.get("mfu", 0)

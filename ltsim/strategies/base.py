@@ -115,8 +115,12 @@ def deal_replicas(batch: tuple[int, ...], dp: int, block: int = 1) -> list[list[
     PyTorch's DistributedSampler (DeepSpeed's loader) one sample at a time (``block`` = 1),
     accelerate (HF Trainer, LongAlign) a whole per-device batch. So the ranks' i-th micro-steps
     hold neighbours of the batch, which is what sorted batching relies on: ZeRO-2/3 synchronise
-    the ranks every micro-step (PAPERS.md section 7)."""
-    n, step = len(batch), dp * block
+    the ranks every micro-step (PAPERS.md section 7). A last round of fewer than dp blocks' worth
+    is dealt one sequence at a time (Megatron refuses such a batch, DistributedSampler and
+    accelerate pad it with repeated samples; ltsim neither refuses nor repeats)."""
+    step = dp * block
+    whole = len(batch) // step * step  # the sequences of the full rounds
     # a rank's t-th sequence of each block comes every dp x block: ``block`` ranges, merged
-    return [sorted(chain.from_iterable(range(rank * block + t, n, step) for t in range(block)))
+    return [sorted(chain(*(range(rank * block + t, whole, step) for t in range(block)),
+                         range(whole + rank, len(batch), dp)))
             for rank in range(dp)]

@@ -231,8 +231,9 @@ class Layout:
         """The replicas (``replicas[r]``: replica r's chunks, in order) whose chunks have the token
         layout of an earlier replica's, in the same order, over sequence ids at the same offsets
         from the replica's first (its share of the batch as ``deal_replicas`` deals it): a
-        strategy whose orders depend on nothing else plans the first only (ltsim/mirrors.py). ``columns``: work.slice_columns of the replicas'
-        chunks one after another, if already made."""
+        strategy whose orders depend on nothing else plans the first only (ltsim/mirrors.py).
+        ``columns``: work.slice_columns of the replicas' chunks one after another, if already
+        made."""
         if len(replicas) < 2:
             return ()
         sources: dict[tuple, int] = {}

@@ -7,8 +7,8 @@ draws standing in for the dataset, cuts consecutive groups of the global batch s
 groups at random), and each batch then runs on the DeepSpeed ZeRO + CP engine exactly as
 ``deepspeed-cp`` does (options included), dealt over the DP ranks as LongAlign's trainer deals it
 (accelerate hands each rank a per-device batch in turn, ``micro_batch_size`` sequences, one when
-bucketing): rank r gets sequences r, r + dp, ... (``strategies/base.deal_replicas``), so the
-ranks' i-th micro-steps hold neighbouring lengths.
+bucketing): rank r gets blocks r, r + dp, ... of that many sequences
+(``strategies/base.deal_replicas``), so the ranks' i-th micro-steps hold neighbouring lengths.
 """
 
 from __future__ import annotations

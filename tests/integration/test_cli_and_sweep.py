@@ -849,3 +849,15 @@ def test_an_sqlite_uri_as_the_store_is_refused_before_any_folder_is_made(tmp_pat
                  "--db", "file:x/y.sqlite?mode=ro"]) == 2
     assert "'--db' must be a file path, not an SQLite URI" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_point_whose_value_json_stores_as_text_is_read_back(tmp_path, capsys):
+    """A TOML date in a grid is stored as its text; the stored row is the point's all the same
+    (comparing the values themselves recomputed it on every resume: a review)."""
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    args = ["sweep", str(example), "--grid", "description=1979-05-27,x",
+            "--db", str(tmp_path / "s.sqlite")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "2 of 2 points read" in capsys.readouterr().err

@@ -276,6 +276,22 @@ def test_megatron_deals_a_micro_batch_of_consecutive_sequences_to_each_rank(size
     assert all(len(c.slices) == size for c in plan.chunks)
 
 
+@pytest.mark.parametrize("name,options,lengths,dealt", [
+    ("sorted-batching", {"micro_batch_size": 2}, (4,) * 8, [[0, 1, 4, 5], [2, 3, 6, 7]]),
+    # a last round short of dp blocks goes one sequence at a time: no rank is left empty while
+    # another holds two micro-batches' worth (maxlen's batch is one sequence per replica)
+    ("megatron-1f1b", {"micro_batch_size": 4}, (4,) * 3, [[0, 2], [1]]),
+    ("megatron-1f1b", {"micro_batch_size": 2}, (4,) * 2, [[0], [1]])])
+def test_a_rank_gets_blocks_of_a_micro_batch_and_a_short_last_round_one_by_one(name, options,
+                                                                              lengths, dealt):
+    from tests.conftest import unit_ctx
+
+    strategy = get_strategy(name)
+    plan = strategy.plan(lengths, unit_ctx(dp=2), strategy.parse(options))
+    assert [[s.seq for c in plan.chunks if c.replica == r for s in c.slices]
+            for r in (0, 1)] == dealt
+
+
 def test_zero3_keeps_its_parameters_sharded_after_the_step():
     # ZeRO-3 gathers parameters per op; a step-end all-gather (Megatron's distributed optimizer's,
     # ZeRO-1/2) was added too, an exposed 2 B/param that DeepSpeed and FSDP do not move
