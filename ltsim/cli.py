@@ -431,12 +431,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
     other_model = same_kind_of_device(scenario, profile, args.profile)
+    written = scenario.raw.get("hardware", {}).get("profile")
+    unused = (f"validate: pricing with --profile {args.profile}; the scenario's hardware.profile "
+              f"({written}) is not used" if written and not _same_profile(written, profile) else "")
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     started = time.perf_counter()
 
     def announce(iterations: int, predicted_s: float) -> None:  # the executor can take minutes
-        if other_model:  # once the plan passed every check: a refusal stays one line
-            _error(other_model)
+        for note in (unused, other_model):  # once the plan passed every check: a refusal
+            if note:  # stays one line
+                _error(note)
         if time.perf_counter() - started + iterations * predicted_s >= 2.0:
             _error(f"validate: running {iterations} iterations of the plan, each predicted to take "
                    f"{predicted_s:.2f} s")
@@ -449,6 +453,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
         text += "\n" + "\n".join(f"written {p}" for p in paths)
     print(text)
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
+
+
+def _same_profile(name: str, profile: Path) -> bool:
+    """Whether a scenario's hardware.profile names the directory ``profile``."""
+    from ltsim.errors import ProfileError
+    from ltsim.profiles import resolve_profile
+
+    try:
+        return Path(resolve_profile(name)).resolve() == Path(profile).resolve()
+    except (ProfileError, OSError, RuntimeError):
+        return False
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -324,12 +324,17 @@ def test_validate_command_writes_the_comparison(repo, tmp_path, capsys):
     except ProfileError as exc:  # being rebuilt (the profiler writes its tables one by one)
         pytest.skip(str(exc))
     scenario = repo / "validation" / "executor" / "cpu-llama-tiny.toml"
-    args = ["validate", str(scenario), "--profile", "profiles/cpu-ci", "--out", str(tmp_path),
+    # a copy that names another profile: validate says it prices with --profile instead
+    named = tmp_path / "tiny.toml"
+    named.write_text(scenario.read_text().replace(
+        "[hardware]\n", '[hardware]\nprofile = "h100-sxm5-80gb"\n', 1))
+    args = ["validate", str(named), "--profile", "profiles/cpu-ci", "--out", str(tmp_path),
             "--set", "workload.lengths=[96, 32]", "--set", "strategy.chunk_size=64",
             "--tolerance", "10"]  # tiny chunks: only the outputs and the exit code are checked
     assert cli_main(args) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "| iteration time |" in out and "| peak memory device 1 |" in out
+    assert "the scenario's hardware.profile (h100-sxm5-80gb) is not used" in err
     for name in ("comparison.csv", "comparison.md", "summary.json", "gantt.png",
                  "predicted_trace.json", "measured_trace.json"):
         assert (tmp_path / name).stat().st_size > 0
