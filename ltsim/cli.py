@@ -432,8 +432,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     require_real_device(scenario)  # before --profile becomes hardware.profile, which unit refuses
     other_model = same_kind_of_device(scenario, profile, args.profile)
     written = scenario.raw.get("hardware", {}).get("profile")
+    try:  # a profile the scenario names, other than --profile: said once the plan is checked
+        other = bool(written) and (Path(resolve_profile(written)).resolve()
+                                   != Path(profile).resolve())
+    except (ProfileError, OSError, RuntimeError):
+        other = True
     unused = (f"validate: pricing with --profile {args.profile}; the scenario's hardware.profile "
-              f"({written}) is not used" if written and not _same_profile(written, profile) else "")
+              f"({written}) is not used" if other else "")
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
     started = time.perf_counter()
 
@@ -453,17 +458,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         text += "\n" + "\n".join(f"written {p}" for p in paths)
     print(text)
     return EXIT_OK if validation.within(args.tolerance) else EXIT_CHECK_FAILED
-
-
-def _same_profile(name: str, profile: Path) -> bool:
-    """Whether a scenario's hardware.profile names the directory ``profile``."""
-    from ltsim.errors import ProfileError
-    from ltsim.profiles import resolve_profile
-
-    try:
-        return Path(resolve_profile(name)).resolve() == Path(profile).resolve()
-    except (ProfileError, OSError, RuntimeError):
-        return False
 
 
 def cmd_check(args: argparse.Namespace) -> int:
