@@ -483,7 +483,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_workload(args: argparse.Namespace) -> int:
     from ltsim.workload import describe, format_describe
 
-    from ltsim.datasets import MAX_SEQUENCE_TOKENS, packaged_files
+    from ltsim.datasets import packaged_files
+    from ltsim.length_files import MAX_SEQUENCE_TOKENS
     from ltsim.files import expand_user
 
     if not 0 <= args.max_length <= MAX_SEQUENCE_TOKENS:

@@ -52,7 +52,7 @@ def input_digest(raw: dict[str, Any], source: str = "") -> str:
     """
     from ltsim.scenario import resolve_dataset
 
-    from ltsim.datasets import MAX_LENGTH_FILE_BYTES
+    from ltsim.length_files import MAX_LENGTH_FILE_BYTES
     from ltsim.profile_files import MAX_TABLE_BYTES, PROFILE_FILES
 
     parts = [_ltsim_digest()]

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ltsim.datasets import (KIB_TOKENS, MAX_SEQUENCE_TOKENS, LengthArray, LengthBins, dataset_names,
-                            load_dataset)
+from ltsim.datasets import KIB_TOKENS, LengthArray, LengthBins, dataset_names, load_dataset
 from ltsim.errors import ConfigError
+from ltsim.length_files import MAX_SEQUENCE_TOKENS
 from ltsim.files import save_figure
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ PKG = Path(__file__).resolve().parents[2] / "ltsim"
 # Lower numbers sit lower; a module may import only modules of a lower or equal level.
 LEVELS = {
     "errors": 0, "units": 0, "gcpause": 0, "files": 0,
-    "model": 1, "workload": 1, "datasets": 1, "hardware": 1, "parallel": 1, "plan": 1, "work": 1,
-    "plan_check": 1, "chunk_check": 1, "trace": 1, "mirrors": 1, "optable": 1, "interned": 1,
+    "model": 1, "workload": 1, "datasets": 1, "length_files": 1, "hardware": 1, "parallel": 1,
+    "plan": 1, "work": 1, "plan_check": 1, "chunk_check": 1, "trace": 1, "mirrors": 1,
+    "optable": 1, "interned": 1,
     "profiles": 2, "profile_files": 2, "lookup": 2, "profile_cache": 2,
     "memory": 3, "costs": 3,
     "strategies": 4, "sim": 5,
