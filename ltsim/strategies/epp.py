@@ -1,6 +1,7 @@
 """InfiniPipe's chunk scheduler (Wang et al. 2025, section 3.3; PAPERS.md 4.3): 1F1B pipelines of
 chunks, longest sequences first, the grouping DP of Eq. 14 and the stage-aware chunk-level
-adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt).
+adaptive checkpointing MILP of Eq. 15-20 / Alg. 2, solved with SCIP (pyscipopt). What it asks the
+cost model (a chunk's times and memory coefficients) is ltsim/strategies/epp_costs.py.
 
 - **Order.** A pipeline forwards its units (epp_chunking.Unit) longest first, each unit's chunks in
   order, and backwards each unit's chunks last to first (a slice's dK/dV comes from the slices
@@ -38,141 +39,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
+from ltsim.plan import OpKind
 from ltsim.strategies import milp
-from ltsim.strategies.schedule import Layout, one_layer_work
-from ltsim.work import SLICE_BOUNDS
+from ltsim.strategies.epp_costs import ChunkCost
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
-
-
-# -- costs ----------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ChunkCost:
-    """One chunk's stage time and, per stage, its memory coefficients (bytes)."""
-
-    fwd_s: float  # forward of one stage's layers (all-to-alls included)
-    bwd_s: float
-    layer_fwd_s: float  # one layer's forward
-    base: tuple[int, ...]  # I_pk per stage
-    saved: tuple[float, ...]  # F_pk per stage: bytes one checkpointed layer saves
-    transient: tuple[int, ...]  # its largest working set (forward, recompute, backward), per stage
-
-
-class StageCosts:
-    """ltsim's cost model asked the questions the chunker and the solver ask, cached."""
-
-    def __init__(self, cost, layout: Layout, keep: Keep) -> None:
-        self.cost, self.layout, self.keep = cost, layout, keep
-        self.split: Split = layout.split
-        self.devices = [d for d in layout.devices() if d.replica == 0]
-        self.stage_layers = layout.stage_layers
-        self.layers = self.stage_layers[0]
-        self._gpus = layout.gpus_of(self.devices[0])
-        self._times: dict = {}
-        self._coll = self._zero3_colls()
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stage_layers)
-
-    @property
-    def max_ckpt_layers(self) -> int:
-        return min(b - a for a, b in self.stage_layers)
-
-    def _work(self, slices, layers=None, **flags) -> Work:
-        return Work(chunk=0, slices=tuple(slices), layers=layers or self.layers, split=self.split,
-                    **flags)
-
-    def time(self, kind: OpKind, slices) -> float:
-        """A stage's ``kind`` pass over ``slices`` (one of the first stage's layer count, without
-        embedding or head), with Ulysses' all-to-alls. Cached on the slices' token ranges: the
-        sequence a slice comes from does not change its cost, and the N search re-prices the
-        same shapes."""
-        key = (kind, tuple(map(SLICE_BOUNDS, slices)))
-        value = self._times.get(key)
-        if value is None:
-            work = self._work(slices)
-            value = self.cost.compute_s(kind, work, keep=self.keep)
-            if self.split.cp > 1:
-                value += self.cost.comm_s(Comm("all_to_all", "qkvo", work,
-                                               group_size=self.split.cp, gpus=self._gpus))
-            self._times[key] = value
-        return value
-
-    def _zero3_colls(self) -> tuple[float, float]:
-        """Under ZeRO-3 (add_zero3_gathers, add_dp_reduction): the all-gather of the first
-        stage's parameters before each of its compute ops, and the gradients' reduce-scatter
-        after each backward, on the stage's collective stream (0, 0 otherwise)."""
-        device = self.devices[0]
-        if device.zero_stage < 3 or device.num_shards <= 1:
-            return 0.0, 0.0
-        ranks = [r for d in self.layout.devices() if d.stage == device.stage
-                 for r in self.layout.gpus_of(d)]
-        gpus = (min(ranks), max(ranks))
-        params = Work(chunk=-1, slices=(), layers=self.layers, split=Split(tp=device.tp))
-        gather = Comm("all_gather", "params", params, group_size=device.num_shards, gpus=gpus)
-        grads = Comm("reduce_scatter", "grads" if device.grad_dtype == "fp32" else "model_grads",
-                     params, group_size=device.num_shards, gpus=gpus)
-        return self.cost.comm_s(gather), self.cost.comm_s(grads)
-
-    def chunk_time(self, slices: tuple[Slice, ...]) -> float:
-        """What Alg. 1 balances: a chunk's backward time (Eq. 4)."""
-        return self.time(OpKind.B, slices)
-
-    def budget(self, stage: int) -> int:
-        """Device memory for activations on ``stage``: the limit less its static memory."""
-        return self.cost.memory_limit_bytes - self.cost.static_memory_bytes(self.devices[stage])
-
-    def chunk(self, slices, nontail: bool, *, timed: bool = True) -> ChunkCost:
-        """The chunk's times (0 unless ``timed``: a probe of memory alone prices no kernels, whose
-        lookups would warn of token counts no plan has) and memory per stage. Under ZeRO-3 a
-        pass takes at least the parameter all-gather it waits for, and the backward at least that
-        and the reduce-scatter after it: the collective stream runs them one after another, so
-        a chunk too short to hide them waits for them (one op ahead, as the lowering prefetches)."""
-        fwd, bwd = (self.time(OpKind.F, slices), self.time(OpKind.B, slices)) if timed else (0, 0)
-        if timed:
-            gather, reduce = self._coll
-            fwd, bwd = max(fwd, gather), max(bwd, gather + reduce)
-        num_layers = self.layers[1] - self.layers[0]
-        base, saved, transient = [], [], []
-        for stage, device in enumerate(self.devices):
-            first, stop = device.layers
-            whole = self._work(slices, device.layers, embed=device.embed, head=device.head)
-            plain = self._work(slices, device.layers)
-            act = self.cost.buffer_bytes(Buffer("act", whole, self.keep))
-            rest = (self.cost.buffer_bytes(Buffer("act", replace(whole, layers=(stop, stop),
-                                                                 embed=False), self.keep))
-                    if device.head else 0)
-            kept = self.cost.buffer_bytes(Buffer("ckpt", plain))
-            kv = self.cost.buffer_bytes(Buffer("kv", plain)) if nontail else 0
-            grads = self.cost.buffer_bytes(Buffer("kv_grad", plain)) if nontail else 0
-            one = self.cost.buffer_bytes(Buffer("act", one_layer_work(
-                whole, embed=device.embed, head=device.head), Keep.ALL))
-            # a part checkpointed: R rebuilds its first layer, without the logits
-            # (infinipipe.chunk_actions), and the backward's loss meets it
-            part = self.cost.buffer_bytes(Buffer("act", one_layer_work(
-                whole, embed=device.embed, head=False), Keep.ALL))
-            base.append(act + grads)
-            saved.append(max(0.0, (act - rest - kept - kv) / max(1, stop - first)))
-            # beyond base - C x saved: a forward's working set; with every layer checkpointed
-            # (C = L: the layer inputs, no logits, which ``rest`` counts) the one-layer set R
-            # rebuilds, beside R's or the backward's (which runs the loss before any layer); with
-            # a part, that part's first layer beside R's or the backward's
-            working = self.cost.working_bytes
-            rebuilt = working(OpKind.R, whole)
-            transient.append(max(working(OpKind.F, whole),
-                                 one - rest + max(rebuilt, working(OpKind.B, whole,
-                                                                  keep=Keep.INPUT)),
-                                 part + max(rebuilt, working(OpKind.B, whole))))
-        return ChunkCost(fwd, bwd, fwd / max(1, num_layers), tuple(base), tuple(saved),
-                         tuple(transient))
 
 
 # -- order and windows ----------------------------------------------------------------------------

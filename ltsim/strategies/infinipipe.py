@@ -13,7 +13,7 @@ attention), pipeline parallelism across stages (``parallel.pp`` = d_p), ZeRO (``
    no N fits, the search goes on). The estimate is Eq. 12 with Eq. 13's terms: the chunks' busy
    time on one stage plus, per pipeline, delta and the recomputation; under ZeRO-3 a chunk's
    pass takes at least the parameter all-gather it waits for (and its backward the gradient
-   reduce-scatter after it), which short chunks expose (epp.StageCosts.chunk).
+   reduce-scatter after it), which short chunks expose (epp_costs.StageCosts.chunk).
 2. **Scheduling** (epp): the grouping DP of Eq. 14 cuts the units into consecutive 1F1B pipelines
    (gradient accumulation across them; a pipeline starts once the previous one has drained). The
    DP prices each range on the LP relaxation of the checkpointing MILP of Eq. 15-20, rounded up
@@ -53,6 +53,7 @@ from ltsim.plan import Chunk, Keep, OpKind, Plan, Slice, op_key
 from ltsim.strategies import epp, schedule
 from ltsim.strategies.base import PlanContext, check_time_limit, deal_replicas, positive
 from ltsim.strategies.epp_chunking import CHUNKINGS, Unit, chunk_balanced, chunk_fixed, mesh
+from ltsim.strategies.epp_costs import StageCosts
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import Action, Layout, Mem, Schedule, mems
@@ -110,7 +111,7 @@ def uncheckpointed_keep(ctx: PlanContext, name: str, checkpointing: str) -> Keep
 # -- planning -------------------------------------------------------------------------------------
 #: How a strategy cuts one replica's sequences (id -> tokens) into units for a slice count N,
 #: given the costs and the chunk token capacity.
-MakeUnits = Callable[["epp.StageCosts", int, dict[int, int], int], list[Unit]]
+MakeUnits = Callable[["StageCosts", int, dict[int, int], int], list[Unit]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ class Planned:
 class Planner:
     """Chunking + DP + MILPs for one replica's sequences, against ltsim's costs."""
 
-    def __init__(self, costs: epp.StageCosts, make_units: MakeUnits, *, mode: str, warmup: str,
+    def __init__(self, costs: StageCosts, make_units: MakeUnits, *, mode: str, warmup: str,
                  grouping: bool, time_limit_s: float) -> None:
         self.costs, self.make_units = costs, make_units
         self.mode, self.warmup, self.grouping, self.time_limit_s = mode, warmup, grouping, time_limit_s
@@ -277,7 +278,7 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
     a batch whose checkpointing problem is too large to plan (epp.ProblemTooLarge)."""
     started = time.perf_counter()
     layout = ulysses_layout(ctx)
-    planner = Planner(epp.StageCosts(ctx.cost, layout, keep), make_units, mode=mode,
+    planner = Planner(StageCosts(ctx.cost, layout, keep), make_units, mode=mode,
                       warmup=warmup, grouping=grouping, time_limit_s=time_limit_s)
     chunks: list[Chunk] = []
     orders: dict[int, list[Action]] = {}
@@ -315,7 +316,7 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
 
 
 def _units(options: Options) -> MakeUnits:
-    def make_units(costs: epp.StageCosts, capacity: int, lengths: dict[int, int], n: int
+    def make_units(costs: StageCosts, capacity: int, lengths: dict[int, int], n: int
                    ) -> list[Unit]:
         if options.chunking == "fixed":
             return chunk_fixed(lengths, mesh(max(lengths.values()), n, costs.chunk_time).tokens)

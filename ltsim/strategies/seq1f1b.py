@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Plan, Slice
-from ltsim.strategies import epp
 from ltsim.strategies.base import PlanContext, check_time_limit, positive
 from ltsim.strategies.epp_chunking import Unit, chunk_fixed, mesh
+from ltsim.strategies.epp_costs import StageCosts
 from ltsim.strategies.infinipipe import build, uncheckpointed_keep
 from ltsim.strategies.schedule import check_chunk_count
 
@@ -57,7 +57,7 @@ class Options:
         check_time_limit(self.milp_time_limit_s)
 
 
-def segments(seq: int, length: int, options: Options, costs: epp.StageCosts) -> tuple:
+def segments(seq: int, length: int, options: Options, costs: StageCosts) -> tuple:
     """The original variant's segments of one sequence."""
     k = min(options.num_splits, length)
     if options.split == "average":
@@ -86,7 +86,7 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     keep = uncheckpointed_keep(ctx, NAME, options.checkpointing)
     check_batch(batch, ctx, options)
 
-    def make_units(costs: epp.StageCosts, capacity: int, lengths: dict[int, int], n: int
+    def make_units(costs: StageCosts, capacity: int, lengths: dict[int, int], n: int
                    ) -> list[Unit]:
         if options.variant == "enhanced":
             return chunk_fixed(lengths, options.chunk_size)

@@ -18,6 +18,7 @@ from ltsim.scenario import load_scenario
 from ltsim.sim.engine import Engine
 from ltsim.strategies import REGISTRY, epp, infinipipe
 from ltsim.strategies.epp_chunking import chunk_balanced, first_reaching, mesh, split_on_mesh
+from ltsim.strategies.epp_costs import ChunkCost
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import interleave_1f1b
 from ltsim.strategies.schedule import Action, Schedule
@@ -27,7 +28,7 @@ K = 1024
 
 
 def _chunk_cost(base=1, saved=1.0, stages=4):
-    return epp.ChunkCost(1.0, 2.0, 0.1, (base,) * stages, (saved,) * stages, (0,) * stages)
+    return ChunkCost(1.0, 2.0, 0.1, (base,) * stages, (saved,) * stages, (0,) * stages)
 
 
 def test_eq7_windows_in_the_prefill_schedule():
