@@ -47,7 +47,7 @@ from ltsim.errors import ConfigError, PlanError
 from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
 from ltsim.scenario import Scenario, build_scenario
-from ltsim.sim.engine import layerwise_deferrals
+from ltsim.sim.layerwise import layerwise_deferrals
 from ltsim.trace import Trace
 from ltsim.units import NO_LIMIT_BYTES
 from ltsim.workload import MAX_BATCH_TOKENS

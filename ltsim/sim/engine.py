@@ -6,7 +6,7 @@ sender's comm stream for the link time; a collective with a group of several dev
 every member has reached it; memory is charged at an op's start for its ``allocs`` and released
 at its end for its ``frees``, on top of the static level, in device or host memory as each buffer
 says; a backward over several layers charges part of its context K/V gradients at its end
-(``layerwise_deferrals``: they accrue layer by layer as its activations are released).
+(ltsim/sim/layerwise.py: they accrue layer by layer as its activations are released).
 
 How it runs (issue 13, validation/perf/README.md). The plan's rows (ltsim/optable.py) are first
 priced (ltsim/sim/compile.py): durations and byte counts once per distinct shape of work (ops of
@@ -43,7 +43,7 @@ import ltsim.optable as optable
 from ltsim.optable import ints
 from ltsim.plan import Plan
 from ltsim.sim.compile import (  # noqa: F401 (the names the engine's readers import from it)
-    _SHARED, Compiled, Prices, compile_plan, layerwise_deferrals, shared_prices)
+    _SHARED, Compiled, Prices, compile_plan, shared_prices)
 from ltsim.sim.replicas import barrier_sizes, copy_replicas, replica_classes
 from ltsim.trace import EventTable, Samples, Trace
 

@@ -165,11 +165,11 @@ def test_a_sequence_outside_the_batch_beside_mirrored_replicas_is_reported():
 
 @pytest.mark.parametrize("recompute, cp", [("selective", 1), ("selective", 2), ("full", 1)])
 def test_both_ways_defer_the_same_context_gradients(recompute, cp):
-    """The layer-by-layer deferral of context K/V gradients (sim/compile.layerwise_deferrals),
+    """The layer-by-layer deferral of context K/V gradients (sim/layerwise.layerwise_deferrals),
     on ChunkFlow's dependent chunks of one 32K sequence, with and without a CP split."""
     import numpy as np
 
-    from ltsim.sim.compile import layerwise_deferrals
+    from ltsim.sim.layerwise import layerwise_deferrals
     from tests.unit.test_chunkflow import _last_backward_deferral
 
     _, _, cost, plan = _last_backward_deferral(recompute, cp)

@@ -77,7 +77,7 @@ def _measured_phases(backend: str) -> dict[str, float]:
 @pytest.mark.parametrize("kernel, backend, peak_op", [
     ("torch_sdpa", "sdpa", "s0B0"), ("torch_sdpa_boolmask", "sdpa_boolmask", "s0B1")])
 def test_dependent_group_peaks_in_the_backward_the_h100_measured(kernel, backend, peak_op):
-    """The context K/V gradients accrue layer by layer through B1 (sim/compile.layerwise_deferrals),
+    """The context K/V gradients accrue layer by layer through B1 (sim/layerwise.layerwise_deferrals),
     chunk 0's stored K/V stay to its own backward, and B1's concatenated dK/dV stay pinned by the
     earlier chunk's gradients, views of it: so with the plain kernel the peak is B0's (after R0),
     as measured, and with the boolean mask's bias kept through B1, B1's."""
@@ -106,7 +106,7 @@ def _last_backward_deferral(recompute: str, cp: int) -> tuple[int, list, object,
     and the plan."""
     import ltsim
     from ltsim.runner import make_cost_model
-    from ltsim.sim.engine import layerwise_deferrals
+    from ltsim.sim.layerwise import layerwise_deferrals
     from ltsim.strategies.base import PlanContext
 
     scenario = ltsim.load_scenario("scenarios/quickstart.toml", [
