@@ -40,16 +40,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import add, attrgetter
 
 import numpy as np
 
 from ltsim.plan import OpKind
 from ltsim.strategies import milp
 from ltsim.strategies.epp_costs import ChunkCost
+from ltsim.units import NO_LIMIT_BYTES
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
+_FWD, _BWD, _LAYER_FWD = attrgetter("fwd_s"), attrgetter("bwd_s"), attrgetter("layer_fwd_s")
 
 
 # -- order and windows ----------------------------------------------------------------------------
@@ -110,23 +114,33 @@ def in_flight_pairs(order: list[tuple[OpKind, int]]) -> int:
     return pairs
 
 
-#: The most (window, chunk) pairs one pipeline's checkpointing problem may hold (counted by
-#: ``in_flight_pairs``). A window is the chunks in flight at a backward, so a long sequence of n
-#: chunks, all in flight before its first backward, makes about n^2 / 2 per stage: 4,095 chunks
-#: of one sequence on 2 stages (16.8M pairs) plan in about 5 s and 0.9 GB; 8,192 took 70 s, and
-#: the search went on past 8 GB (a probe of `ltsim maxlen` with a petabyte memory limit, killed
-#: at 120 s with 8.3 GB resident). The bundled scenarios' largest holds 12,560; a Seq1F1B
-#: batch of 4,096 sequences in 2K chunks (7,177 chunks) 959,538.
+#: The most (window, chunk) pairs the checkpointing problems of one planning pass may hold
+#: together (counted by ``in_flight_pairs`` before a problem is made; ``SolverLog.spend``): one
+#: problem per range of the grouping DP, then the chosen pipelines again. A window is the chunks
+#: in flight at a backward, so a long sequence of n chunks, all in flight before its first
+#: backward, makes about n^2 / 2 per stage: 4,095 chunks of one sequence on 2 stages (16.8M
+#: pairs) plan in about 5 s and 0.9 GB; 8,192 took 70 s, and the search went on past 8 GB (a
+#: probe of `ltsim maxlen` with a petabyte memory limit, killed at 120 s with 8.3 GB resident).
+#: A DP over many ranges adds up the same way: GPT-7B's bundled batch at num_slices = 64 makes
+#: 530 problems of 34.9M pairs in all, 17 s to plan (GPT-30B's ran past 120 s). The bundled
+#: scenarios' largest pass holds 224,112 (GPT-13B at a 192K context); a Seq1F1B batch of 4,096
+#: sequences in 2K chunks (7,177 chunks) 959,538.
 MAX_WINDOW_PAIRS = 1 << 24
+#: The most nonzero entries the LP relaxations of one planning pass may hold together (SoPlex
+#: solves them without a time limit): GPT-30B's bundled batch at num_slices = 32 solved 259 LPs
+#: of 5.9M entries in 20.4 s (3.5 us an entry), at 64 it ran past 50 s; the bundled scenarios'
+#: largest pass holds 204,308 (GPT-13B at a 192K context, 0.32 s).
+MAX_LP_ENTRIES = 1 << 20
 
 
 class ProblemTooLarge(Exception):
-    """A checkpointing problem of more than MAX_WINDOW_PAIRS pairs; its strategy says which of its
-    options made it (ltsim/strategies/infinipipe.py build)."""
+    """One planning pass's checkpointing problems past MAX_WINDOW_PAIRS (window, chunk) pairs or
+    their LP relaxations past MAX_LP_ENTRIES entries; its strategy says which of its options made
+    them (ltsim/strategies/infinipipe.py build)."""
 
-    def __init__(self, pairs: int) -> None:
-        super().__init__(f"{pairs:,} (window, chunk) pairs, past {MAX_WINDOW_PAIRS:,}")
-        self.pairs = pairs
+    def __init__(self, amount: int, limit: int, unit: str) -> None:
+        super().__init__(f"{amount:,} {unit}, past {limit:,}")
+        self.amount, self.limit, self.unit = amount, limit, unit
 
 
 def ckpt_index(stage: int, num_stages: int, rank: int) -> int:
@@ -172,15 +186,15 @@ class Problem:
 
 
 def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
-                  warmup: str, max_layers: int) -> Problem:
+                  warmup: str, max_layers: int, log: SolverLog | None = None) -> Problem:
     """Per stage and window: sum_k F_pk C[idx] >= sum_k I_pk - G_p (Eq. 20 rearranged), G_p the
     stage's budget less the largest working set among the window's chunks. Raises
-    ProblemTooLarge past MAX_WINDOW_PAIRS (window, chunk) pairs."""
+    ProblemTooLarge past MAX_WINDOW_PAIRS (window, chunk) pairs: this problem's, or with
+    ``log``, those of the planning pass it keeps (``SolverLog.spend``)."""
     num_stages = len(budgets)
     orders = [pipeline_order(units, stage, num_stages, warmup) for stage in range(num_stages)]
     pairs = sum(map(in_flight_pairs, orders))  # before any is held
-    if pairs > MAX_WINDOW_PAIRS:
-        raise ProblemTooLarge(pairs)
+    (log or SolverLog()).spend(pairs)
     rank = backward_rank(units)
     num_vars = len(rank) + num_stages - 1
     rows: dict[tuple, None] = {}
@@ -212,11 +226,12 @@ def build_problem(units: list[list[int]], costs: dict[int, ChunkCost], budgets: 
 
 
 def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
-          relax: bool = False) -> Checkpointing:
+          relax: bool = False, log: SolverLog | None = None) -> Checkpointing:
     """Minimise sum C subject to the problem's rows (Eq. 20); see the module docstring.
     ``relax``: the LP relaxation (C continuous), rounded up: feasible, and its sum C is within
     n + d_p - 1 layers of the MILP's optimum (what the search over N ranks candidates with),
-    solved by SCIP's LP interface alone (``_relaxed``)."""
+    solved by SCIP's LP interface alone (``_relaxed``), its entries counted in ``log``'s pass
+    (``SolverLog.spend_lp``)."""
     n, top = problem.num_vars, problem.max_layers
     zero, full = (0,) * n, (top,) * n
     if mode != "full" and problem.feasible(zero):
@@ -228,6 +243,8 @@ def solve(problem: Problem, mode: str = "milp", *, time_limit_s: float = 5.0,
     if mode == "full":
         return Checkpointing(full, "trivial")
     if relax:
+        if log is not None and mode != "uniform":  # (uniform's closed form solves no LP)
+            log.spend_lp(int(np.count_nonzero(problem.matrix)))
         return _relaxed(problem, uniform=mode == "uniform")
     return _scip(problem, uniform=mode == "uniform", time_limit_s=time_limit_s)
 
@@ -326,6 +343,26 @@ class SolverLog:
     max_gap: float = 0.0
     solve_s: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
+    pairs_left: int = MAX_WINDOW_PAIRS  # what this planning pass's problems may still hold
+    entries_left: int = MAX_LP_ENTRIES  # and its LP relaxations
+
+    def spend(self, pairs: int) -> None:
+        """Count a problem's (window, chunk) pairs against the pass's MAX_WINDOW_PAIRS (reset by
+        ``new_pass``); raise ProblemTooLarge, before the problem is made, past it."""
+        if pairs > self.pairs_left:
+            raise ProblemTooLarge(MAX_WINDOW_PAIRS - self.pairs_left + pairs, MAX_WINDOW_PAIRS,
+                                  "(window, chunk) pairs")
+        self.pairs_left -= pairs
+
+    def spend_lp(self, entries: int) -> None:
+        """The same for an LP relaxation's nonzero entries, before SoPlex solves it."""
+        if entries > self.entries_left:
+            raise ProblemTooLarge(MAX_LP_ENTRIES - self.entries_left + entries, MAX_LP_ENTRIES,
+                                  "LP entries")
+        self.entries_left -= entries
+
+    def new_pass(self) -> None:
+        self.pairs_left, self.entries_left = MAX_WINDOW_PAIRS, MAX_LP_ENTRIES
 
     def add(self, answer: Checkpointing) -> None:
         self.calls += 1
@@ -341,7 +378,7 @@ class SolverLog:
 
 
 def sort_longest_first(units: list[list[int]], tokens: dict[int, int]) -> list[list[int]]:
-    return sorted(units, key=lambda u: (-len(u), -sum(tokens[c] for c in u), u[0]))
+    return sorted(units, key=lambda u: (-len(u), -sum(map(tokens.__getitem__, u)), u[0]))
 
 
 def solve_pipeline(units: list[list[int]], costs: dict[int, ChunkCost], budgets: list[float],
@@ -353,14 +390,20 @@ def solve_pipeline(units: list[list[int]], costs: dict[int, ChunkCost], budgets:
         answer = Checkpointing((), "trivial")
         log.add(answer)
         return Pipeline((), answer, 0.0)
-    problem = build_problem(ordered, costs, budgets, warmup, max_layers)
-    answer = solve(problem, mode, time_limit_s=time_limit_s, relax=relax)
+    if min(budgets) >= NO_LIMIT_BYTES:  # no memory limit (the unit preset's): every window
+        num_vars = sum(map(len, ordered)) + len(budgets) - 1  # fits, as solve would find
+        answer = Checkpointing((max_layers if mode == "full" else 0,) * num_vars, "trivial")
+    else:
+        problem = build_problem(ordered, costs, budgets, warmup, max_layers, log)
+        answer = solve(problem, mode, time_limit_s=time_limit_s, relax=relax, log=log)
     log.add(answer)
     if answer.values is None:
         return Pipeline(tuple(map(tuple, ordered)), answer, math.inf)
-    chunks = [c for u in ordered for c in u]
-    mean_chunk = sum(costs[c].fwd_s + costs[c].bwd_s for c in chunks) / len(chunks)
-    layer_fwd = sum(costs[c].layer_fwd_s for c in chunks) / len(chunks)
+    # the group DP prices n(n+1)/2 ranges of a replica's chunks: these sums run in C (the same
+    # additions in the same order as a loop's)
+    mine = list(map(costs.__getitem__, chain.from_iterable(ordered)))
+    mean_chunk = sum(map(add, map(_FWD, mine), map(_BWD, mine))) / len(mine)
+    layer_fwd = sum(map(_LAYER_FWD, mine)) / len(mine)
     delta = (len(budgets) - 1) * mean_chunk
     return Pipeline(tuple(map(tuple, ordered)), answer, delta + layer_fwd * sum(answer.values))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ltsim.plan import Buffer, Comm, Keep, OpKind, Slice, Split, Work
 from ltsim.strategies.schedule import Layout, one_layer_work
+from ltsim.units import NO_LIMIT_BYTES
 from ltsim.work import SLICE_BOUNDS
 
 
@@ -37,6 +38,9 @@ class StageCosts:
         self._gpus = layout.gpus_of(self.devices[0])
         self._times: dict = {}
         self._coll = self._zero3_colls()
+        # no memory limit (the unit preset's): no window can overflow, and the MILP is never
+        # built (epp.solve_pipeline), so a chunk's memory coefficients are not asked
+        self.unlimited = cost.memory_limit_bytes >= NO_LIMIT_BYTES
 
     @property
     def num_stages(self) -> int:
@@ -101,6 +105,9 @@ class StageCosts:
             gather, reduce = self._coll
             fwd, bwd = max(fwd, gather), max(bwd, gather + reduce)
         num_layers = self.layers[1] - self.layers[0]
+        if self.unlimited:
+            none = (0,) * len(self.devices)
+            return ChunkCost(fwd, bwd, fwd / max(1, num_layers), none, none, none)
         base, saved, transient = [], [], []
         for stage, device in enumerate(self.devices):
             first, stop = device.layers

@@ -161,8 +161,8 @@ class Planner:
                 break
             try:
                 found = self._evaluate(lengths, n, force=False, relax=True)
-            except epp.ProblemTooLarge:  # too many slices to plan: a smaller N may do
-                found = None
+            except epp.ProblemTooLarge:  # too many slices to plan, and more N make more
+                break
             if found is None:
                 continue
             if best is None or found.estimate_s < best.estimate_s:
@@ -191,6 +191,7 @@ class Planner:
         if not force and max(tokens.values()) > self.capacity:
             return None
         costs = {c: self.costs.chunk(chunks[c], nontail=c in split) for c in range(len(chunks))}
+        self.log.new_pass()  # the DP's problems together at most epp.MAX_WINDOW_PAIRS
         kwargs = dict(mode=self.mode, warmup=self.warmup, time_limit_s=self.time_limit_s,
                       log=self.log, max_layers=self.costs.max_ckpt_layers)
         if self.grouping:  # the DP's ranges priced on LP relaxations (every range, one call)
@@ -198,7 +199,8 @@ class Planner:
         else:
             pipes = epp.solve_range(units, costs, self.budgets, tokens, relax=True, **kwargs)
             total = sum(p.cost_s for p in pipes)
-        if not relax and math.isfinite(total):  # the pipelines chosen, solved exactly
+        if not relax and math.isfinite(total):  # the pipelines chosen, solved exactly (a pass
+            self.log.new_pass()  # of its own: they are some of the DP's, so it fits)
             pipes = [epp.solve_pipeline([list(u) for u in p.units], costs, self.budgets, tokens,
                                         **kwargs) for p in pipes]
             total = sum(p.cost_s for p in pipes)
@@ -275,7 +277,7 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
           time_limit_s: float, knob: tuple[str, str]) -> Plan:
     """Plan every replica with the Planner and lower the stages' orders (shared with Seq1F1B).
     ``knob``: the option that sets how many chunks a sequence makes, and how to make fewer, for
-    a batch whose checkpointing problem is too large to plan (epp.ProblemTooLarge)."""
+    a batch whose checkpointing problems are too large to plan (epp.ProblemTooLarge)."""
     started = time.perf_counter()
     layout = ulysses_layout(ctx)
     planner = Planner(StageCosts(ctx.cost, layout, keep), make_units, mode=mode,
@@ -290,10 +292,11 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
             planned = planner.plan({s: batch[s] for s in seq_ids}, num_slices)
         except epp.ProblemTooLarge as exc:
             key, fix = knob
-            raise ConfigError(key, f"such that a pipeline's checkpointing problem holds at most "
-                              f"{epp.MAX_WINDOW_PAIRS:,} (window, chunk) pairs (about n^2 / 2 a "
-                              "stage for a sequence of n chunks)", options.get(key.split(".")[-1]),
-                              fix, context=f"this batch makes more than {exc.pairs:,}") from None
+            raise ConfigError(key, f"such that a replica's checkpointing problems (one per range "
+                              f"of the grouping DP) hold at most {exc.limit:,} {exc.unit} "
+                              "together (a sequence of n chunks makes about n^2 / 2 pairs a "
+                              "stage)", options.get(key.split(".")[-1]), fix,
+                              context=f"this batch makes more than {exc.amount:,}") from None
         offset = len(chunks)
         chunks += [Chunk(offset + i, slices, replica) for i, slices in enumerate(planned.chunks)]
         pipes = [replace(p, units=tuple(tuple(offset + c for c in u) for u in p.units))

@@ -315,23 +315,80 @@ def test_a_checkpointing_problem_past_its_size_is_refused_by_the_option_that_mad
     # n^2 / 2 a stage; 8,192 chunks took 70 s, then past 8 GB (ltsim maxlen with a petabyte limit
     # searched that far). Past MAX_WINDOW_PAIRS the plan is refused naming the option, before
     # the pairs are held; a batch of many short chunks (few pairs) still plans
+    from dataclasses import replace
+
     from ltsim.errors import ConfigError
-    from tests.conftest import unit_ctx
 
     n = 6000  # one sequence: 18M pairs a stage, counted without being made
     order = [(OpKind.F, c) for c in range(n)] + [(OpKind.B, c) for c in reversed(range(n))]
     assert epp.in_flight_pairs(order) == n * (n + 1) // 2 > epp.MAX_WINDOW_PAIRS
     short = order[:200] + order[-200:]
     assert epp.in_flight_pairs(short) == sum(map(len, epp.windows(short))) == 200 * 201 // 2
-    ctx = unit_ctx(pp=2, recompute="selective")
+    # a memory limit (the unit preset has none, and without one no problem is made: below)
+    ctx = replace(unit_ctx(pp=2, recompute="selective"),
+                  cost=UnitCostModel(memory_limit_bytes=10**15))
     strategy = REGISTRY["seq1f1b"]
     options = strategy.parse({"chunk_size": 1, "checkpointing": "full", "variant": "enhanced"})
-    with pytest.raises(ConfigError, match=r"'strategy\.chunk_size' must be such that a pipeline's "
-                       r"checkpointing problem holds at most 16,777,216 .*\(got 1\).*"
-                       r"Fix: use larger chunks"):
+    with pytest.raises(ConfigError, match=r"'strategy\.chunk_size' must be such that a replica's "
+                       r"checkpointing problems .* hold at most 16,777,216 \(window, chunk\) "
+                       r"pairs together .*\(got 1\).*Fix: use larger chunks"):
         strategy.plan((6000,), ctx, options)
     plan = strategy.plan((1,) * 6000, ctx, options)  # 6,000 chunks, one in flight at a time
     assert len(plan.chunks) == 6000
+    # no memory limit: every window fits, so no problem is made and the sequence plans
+    assert len(strategy.plan((6000,), unit_ctx(pp=2), options).chunks) == 6000
+
+
+def test_a_planning_pass_counts_every_problem_against_its_limits():
+    """The grouping DP builds a problem per range and the N search an LP per problem: their
+    pairs and LP entries add up over a pass (GPT-30B at num_slices = 64 built 442 problems and
+    solved 375 LPs for over 50 s), so each pass has one budget of each, reset per pass."""
+    log = epp.SolverLog()
+    log.spend(epp.MAX_WINDOW_PAIRS - 10)
+    with pytest.raises(epp.ProblemTooLarge) as caught:
+        log.spend(11)
+    assert (caught.value.amount, caught.value.limit) == (epp.MAX_WINDOW_PAIRS + 1,
+                                                          epp.MAX_WINDOW_PAIRS)
+    log.spend_lp(epp.MAX_LP_ENTRIES)
+    with pytest.raises(epp.ProblemTooLarge, match="LP entries"):
+        log.spend_lp(1)
+    log.new_pass()
+    log.spend(10)
+    log.spend_lp(10)
+    # the DP's problems count together: six ranges of units of 1..3 chunks on 4 stages
+    units, next_id = [], 0
+    for count in (1, 2, 3):
+        units.append(list(range(next_id, next_id + count)))
+        next_id += count
+    costs = {c: _chunk_cost(base=10, saved=5.0) for c in range(next_id)}  # 4 chunks overflow
+    tokens = {c: 1 for c in range(next_id)}
+    counted = epp.SolverLog()
+    epp.group(units, costs, [30.0] * 4, tokens, mode="milp", warmup="prefill", time_limit_s=1.0,
+              log=counted, max_layers=4, relax=True)
+    pairs = epp.MAX_WINDOW_PAIRS - counted.pairs_left
+    entries = epp.MAX_LP_ENTRIES - counted.entries_left
+    assert counted.calls == 6 and counted.lp > 0 and pairs > 0 and 0 < entries <= pairs
+    tight = epp.SolverLog(pairs_left=pairs - 1)  # one pair short of what the DP needs
+    with pytest.raises(epp.ProblemTooLarge):
+        epp.group(units, costs, [30.0] * 4, tokens, mode="milp", warmup="prefill",
+                  time_limit_s=1.0, log=tight, max_layers=4, relax=True)
+
+
+def test_without_a_memory_limit_no_checkpointing_problem_is_made(monkeypatch):
+    """The unit preset: every window fits, so each DP range is priced without building its
+    problem (GPT-7B's bundled InfiniPipe batch on the unit preset ran past 120 s building them,
+    and its N search to N = 64, every N faster than the last)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a problem was built")
+
+    monkeypatch.setattr(epp, "build_problem", refuse)
+    costs = {c: _chunk_cost() for c in range(3)}
+    for mode, layers in (("milp", 0), ("none", 0), ("full", 4)):
+        pipe = epp.solve_pipeline([[0, 1], [2]], costs, [2**62] * 4, {c: 1 for c in range(3)},
+                                  mode=mode, warmup="prefill", time_limit_s=1.0,
+                                  log=epp.SolverLog(), max_layers=4)
+        assert pipe.checkpointing.values == (layers,) * (3 + 4 - 1)
+        assert pipe.cost_s == pytest.approx(3 * 3.0 + 0.1 * layers * 6)
 
 
 GPT7B = REPO / "scenarios" / "infinipipe" / "gpt-7b-64k-infinipipe.toml"
