@@ -147,9 +147,13 @@ class Workload:
         return replace(self, batching=batching)
 
     def source(self) -> LengthBins | LengthArray:
-        """The dataset's length source with sequences above ``max_length`` dropped. Raises ConfigError."""
+        """The dataset's length source, sequences above ``max_length`` dropped (``overlong =
+        "drop"``; with "truncate" the whole source: ``_draw`` cuts what it draws, so a cap below
+        every length is allowed). Raises ConfigError."""
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError("workload.dataset", "a dataset name or a length-file path", self.dataset)
+        if self.overlong == "truncate":
+            return load_dataset(self.dataset)
         return _truncated(load_dataset(self.dataset), self.max_length, "workload.max_length")
 
     def sample(self, seed: int) -> tuple[tuple[int, ...], ...]:
@@ -181,7 +185,7 @@ class Workload:
     def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` lengths from the dataset, the overlong ones dropped or cut to ``max_length``."""
         if self.overlong == "truncate" and self.max_length:
-            return np.minimum(load_dataset(self.dataset).draw(rng, n), self.max_length)
+            return np.minimum(self.source().draw(rng, n), self.max_length)
         return self.source().draw(rng, n)
 
     def _sorted_groups(self, rng: np.random.Generator) -> np.ndarray:

@@ -155,6 +155,17 @@ def test_workload_mode_says_when_one_sequence_of_the_cut_does_not_fit(quickstart
     assert "one sequence" not in find_max_length(lmsys, step=4096, mode="workload").note
 
 
+def test_workload_mode_cuts_a_file_whose_sequences_are_all_longer_than_the_step(quickstart, tmp_path):
+    """The first cut (one step) lies below every length of the file: the cut truncates, so no
+    sequence is dropped (it was refused as "workload.max_length must be at least the shortest
+    length", a key the user never set; a fuzzing review)."""
+    path = tmp_path / "long.txt"
+    path.write_text("5000\n6000\n7000\n")
+    scenario = quickstart.with_overrides({"workload.dataset": str(path)})
+    answer = find_max_length(scenario, step=1024, mode="workload", max_length=8192)
+    assert answer.max_length == 7168 and answer.binds.startswith("none")
+
+
 def test_workload_mode_needs_a_distribution(capsys):
     assert main(["maxlen", str(REPO / "scenarios" / "examples" / "chunkflow-cs4-k1.toml"),
                  "--workload"]) == 2

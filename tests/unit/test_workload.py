@@ -162,6 +162,11 @@ def test_max_length_that_drops_everything_is_an_error(tmp_path: Path) -> None:
     path.write_text("100\n200\n")
     with pytest.raises(ConfigError, match=r"'workload.max_length' must be at least the shortest length"):
         Workload(dataset=str(path), max_length=50, global_batch_size=4).sample(seed=0)
+    # truncating drops nothing: every sequence is cut to the cap, however short the cap
+    cut = Workload(dataset=str(path), max_length=50, global_batch_size=4, overlong="truncate")
+    assert cut.sample(seed=0) == ((50, 50, 50, 50),)
+    assert Workload(dataset=str(path), max_length=150, global_batch_size=64,
+                    overlong="truncate").sample(seed=0)[0].count(150) > 0
 
 
 def test_same_seed_same_batches_and_other_seed_differs() -> None:
