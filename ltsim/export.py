@@ -56,8 +56,10 @@ _REFUSALS = {  # what the plan has that a torch pipelining schedule cannot: (wha
              "turn activation offload off"),
     "coll": ("a collective inside the step", "torch pipelining adds REDUCE_GRAD itself and "
              "schedules no per-op gathers or reductions", "use parallel.zero_stage 0, 1 or 2"),
-    "split": ("a compute op split by layer range", "torch pipelining runs a stage's layers as "
-              "one action", "simulate a strategy that does not split ops by layer range"),
+    "split": ("a micro-batch computed as several ops a stage (by layer range, or by slices: "
+              "Skrull's local and distributed parts)", "torch pipelining runs a stage's layers "
+              "over a micro-batch as one action", "simulate a strategy that runs each "
+              "micro-batch as one forward and one backward a stage"),
     "grad": ("a micro-batch without a backward", "torch validates one backward per micro-batch "
              "and stage", "simulate with gradients for every chunk"),
 }
@@ -132,7 +134,7 @@ def torch_pipelining(plan: Plan, *, replica: int = 0) -> PipelineSchedule:
     if not devices:
         raise ConfigError("replica", f"a DP replica of the plan (0..{num_replicas - 1})", replica)
     for device in devices:
-        if device.cp_rank >= 0:
+        if device.cp_rank >= 1:  # a group of several CP ranks (a rank 0 alone is no CP)
             raise _refuse(plan, "cp", f"device {device.index} is CP rank {device.cp_rank}")
     by_stage = {d.stage: d for d in devices}
     assert len(by_stage) == len(devices) == plan.num_stages, "lockstep: one device per stage"

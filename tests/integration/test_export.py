@@ -189,6 +189,23 @@ def test_what_cannot_be_expressed(overrides, what):
     assert f"the megatron-1f1b plan has {what}, and " in str(info.value)
 
 
+@pytest.mark.parametrize("cp, what", [
+    (1, "a micro-batch computed as several ops a stage"),  # one rank per group: no CP
+    (2, "context-parallel work (device 1 is CP rank 1)"),
+])
+def test_per_rank_devices_are_cp_only_in_a_group_of_several(cp, what):
+    """Skrull plans a device per CP rank; at cp = 1 each group is one rank 0, which is no CP (it
+    was refused as CP with the fix "export with parallel.cp = 1"; a fuzzing review)."""
+    scenario = load_scenario(REPO / "scenarios" / "skrull" / "qwen2.5-0.5b-wikipedia.toml",
+                             [f"parallel.cp={cp}", "parallel.dp=4", "hardware.num_nodes=1",
+                              f"hardware.gpus_per_node={4 * cp}", "workload.global_batch_size=16",
+                              "workload.num_batches=1", 'parallel.recompute="none"'])
+    with pytest.raises(ConfigError) as info:
+        get_format("torch-pipelining")(run(scenario).plans[0])
+    assert f"the skrull plan has {what}" in str(info.value)
+    assert "export with parallel.cp = 1" not in str(info.value) or cp > 1
+
+
 def test_split_weight_gradient_exports_as_i_and_w(tmp_path):
     """No registered strategy splits W off yet; a Megatron plan with a W after every B stands in
     (torch validates that W follows its I)."""
