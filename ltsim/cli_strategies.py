@@ -53,8 +53,9 @@ def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[st
               **kwargs: Any) -> tuple[Any, dict[str, Any]]:
     """The scenario at ``path`` with the ``--set`` overrides, and its strategy options. With
     ``--strategies`` (``listed``), a ``--set strategy.KEY`` is not checked against the file's own
-    strategy but must be an option one of the listed strategies takes (it was refused when the
-    file's strategy did not take it, and dropped unread when none of the listed did)."""
+    strategy but must be an option one of the listed strategies takes without giving its own
+    value (it was refused when the file's strategy did not take it, and dropped unread when none
+    of the listed did, or each that did gave its own)."""
     from ltsim.scenario import apply_overrides, load_scenario, parse_override
 
     sets = list(sets or [])
@@ -65,11 +66,13 @@ def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[st
     if not given:
         return base, dict(base.strategy_options)
     options = {**base.strategy_options, **apply_overrides({}, given).get("strategy", {})}
-    taken = {k for name, _ in listed for k in shared_options(options, name)}
-    for text in given:  # a --set no listed strategy reads would be dropped silently
+    # a --set no listed strategy reads would be dropped silently: one that does not take it, or
+    # gives its own value in --strategies (which wins)
+    taken = {k for name, own in listed for k in shared_options(options, name) if k not in own}
+    for text in given:
         if parse_override(text)[0].removeprefix("strategy.") not in taken:
-            raise ConfigError("--set", "an option one of the compared strategies takes "
-                              "(--strategies names the strategies)", text, "give each strategy "
+            raise ConfigError("--set", "an option one of the compared strategies takes and does "
+                              "not give itself in --strategies", text, "give each strategy "
                               "its options in --strategies, e.g. chunkflow:k=2")
     return base, options
 

@@ -93,6 +93,12 @@ def test_a_set_strategy_option_reaches_the_compared_strategies_that_take_it(caps
     assert main(["compare", str(example), "--strategies", "megatron-1f1b,chunkflow",
                  "--set", "strategy.bogus=2"]) == 2
     assert "'--set' must be an option one of the compared" in capsys.readouterr().err
+    # every strategy that takes it gives its own value (which wins): the --set would be dropped
+    assert main(["compare", str(example), "--strategies", "megatron-1f1b,chunkflow:k=4",
+                 "--set", "strategy.k=1"]) == 2
+    assert "does not give itself in --strategies (got 'strategy.k=1')" in capsys.readouterr().err
+    assert main(["compare", str(example), "--strategies", "chunkflow:k=4,chunkflow",
+                 "--set", "strategy.k=1", "--set", "strategy.chunk_size=2"]) == 0  # the 2nd's
 
 
 @pytest.mark.parametrize("spec, got, fix", [
