@@ -263,7 +263,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
     from ltsim.planner import check_executor, expand_grid, rank, run_sweep
     from ltsim.report import format_sweep, to_json
-    from ltsim.scenario import load_scenario
+    from ltsim.scenario import WORKLOAD_SOURCES, load_scenario
     from ltsim.sweepstore import SweepStore
 
     # every input before any work: scenario, grid, executor, --top, outputs, store, profile
@@ -276,6 +276,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if both is not None:  # each point's value would silently replace the --set one
         raise ConfigError("--grid", "a key not also given with --set", both,
                           f"drop --set {both}=..., or add its value to the grid")
+    sources = {f"workload.{k}" for k in WORKLOAD_SOURCES}  # one replaces the others
+    clash = next(((key, other) for key in points[0] if key in sources
+                  for other in sorted(fixed & sources)), None)
+    if clash is not None:
+        raise ConfigError("--grid", "a workload source (dataset, lengths or fixed_length) that no "
+                          "--set gives another of: each point's would replace it", clash[0],
+                          f"drop --set {clash[1]}=..., or sweep {clash[1]} instead")
     if args.db is not None and str(args.db) == ":memory:":  # SQLite's name for no file at all
         raise ConfigError("--db", "a file (a sweep resumes from it)", str(args.db),
                           "give a file name, e.g. --db out/sweep.sqlite, or leave --db out")

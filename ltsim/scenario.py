@@ -222,7 +222,7 @@ def check_override_key(key: str, flag: str = "--set") -> None:
                           "check the spelling")
 
 
-_WORKLOAD_SOURCES = ("dataset", "lengths", "fixed_length")
+WORKLOAD_SOURCES = ("dataset", "lengths", "fixed_length")  # each given replaces the others
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +240,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
             if key in seen:
                 raise ConfigError("--set", "each key once", key, f"give {key} one value")
             seen.add(key)
-    sources = sorted(given & {f"workload.{k}" for k in _WORKLOAD_SOURCES})
+    sources = sorted(given & {f"workload.{k}" for k in WORKLOAD_SOURCES})
     if len(sources) > 1:  # each replaces the others: the first was dropped
         raise ConfigError("--set", "one workload source (dataset, lengths or fixed_length)",
                           " and ".join(sources), f"keep one of {' and '.join(sources)}")
@@ -257,8 +257,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
             raise ConfigError("--set", "one key at a time (section.key=value), not a whole table",
                               f"{key}={value}", f"set each key on its own, e.g. {key}.KEY=VALUE")
         target[name] = value
-        if section == "workload" and name in _WORKLOAD_SOURCES:
-            for other in set(_WORKLOAD_SOURCES) - {name}:
+        if section == "workload" and name in WORKLOAD_SOURCES:
+            for other in set(WORKLOAD_SOURCES) - {name}:
                 target.pop(other, None)  # choosing one workload source replaces the others
             if name == "lengths" and "workload.global_batch_size" not in given:
                 target.pop("global_batch_size", None)  # the lengths are the batch, and its size

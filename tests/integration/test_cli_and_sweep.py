@@ -460,6 +460,12 @@ def test_grid_syntax_errors(capsys):
     # the grid replaced the --set value of the same key without a word
     assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--set", "strategy.k=3"]) == 2
     assert "a key not also given with --set (got 'strategy.k')" in capsys.readouterr().err
+    # nor a --set workload source by another one (each replaces the others; a fuzzing review)
+    assert main(["sweep", str(example), "--grid", "workload.fixed_length=100,200",
+                 "--set", 'workload.dataset="wikipedia"',
+                 "--set", "workload.global_batch_size=4"]) == 2
+    assert ("no --set gives another of: each point's would replace it (got "
+            "'workload.fixed_length'). Fix: drop --set workload.dataset") in capsys.readouterr().err
     # SQLite's in-memory database: nothing stored, nothing to resume
     assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--db", ":memory:"]) == 2
     assert "'--db' must be a file" in capsys.readouterr().err
