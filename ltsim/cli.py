@@ -229,6 +229,13 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
             raise ConfigError("--set", "no workload.* key without --workload (maxlen searches "
                               "one sequence per replica, not the scenario's workload)", ignored,
                               "drop it, or add --workload to scale the workload's lengths")
+    else:  # the search sets the cap itself, and truncates what it cuts
+        ignored = next((o for o in args.set or [] if o.strip().split("=", 1)[0].strip()
+                        in ("workload.max_length", "workload.overlong")), None)
+        if ignored is not None:
+            raise ConfigError("--set", "no workload.max_length or workload.overlong with "
+                              "--workload (the search sets the cap, truncating the longer "
+                              "draws)", ignored, "drop it; --max-length bounds the search")
     listed = parse_strategy_list(args.strategies) if args.strategies is not None else None
     base, options = load_base(args.scenario, args.set, listed, any_workload=not args.workload)
     check_output("--plot", args.plot)

@@ -173,6 +173,16 @@ def test_workload_mode_needs_a_distribution(capsys):
     assert "workload.dataset" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("key", ["workload.max_length=1024", 'workload.overlong="drop"'])
+def test_workload_mode_refuses_the_keys_its_search_sets(capsys, key):
+    # the search sets the cap and truncates: these were read and silently replaced (a fuzzing
+    # review found the output byte for byte that of the plain run)
+    assert main(["maxlen", str(QUICKSTART), "--workload", "--set", key]) == 2
+    err = capsys.readouterr().err
+    assert "no workload.max_length or workload.overlong with --workload (" in err
+    assert f"(got '{key}')" in err and len(err.strip().splitlines()) == 1
+
+
 def test_progress_lines_show_each_length_once_the_search_runs_long(capsys, quickstart):
     """A slow search (InfiniPipe's MILPs: minutes) prints a line per simulated length on stderr."""
     from ltsim.cli_progress import maxlen_progress
