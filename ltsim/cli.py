@@ -268,7 +268,8 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
-    from ltsim.planner import check_executor, expand_grid, rank, run_sweep
+    from ltsim.planner import (check_executor, check_one_kind_of_hardware, expand_grid, rank,
+                               run_sweep)
     from ltsim.report import format_sweep, to_json
     from ltsim.scenario import WORKLOAD_SOURCES, load_scenario
     from ltsim.sweepstore import SweepStore
@@ -283,6 +284,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if both is not None:  # each point's value would silently replace the --set one
         raise ConfigError("--grid", "a key not also given with --set", both,
                           f"drop --set {both}=..., or add its value to the grid")
+    check_one_kind_of_hardware(scenario, points)
     sources = {f"workload.{k}" for k in WORKLOAD_SOURCES}  # one replaces the others
     clash = next(((key, other) for key in points[0] if key in sources
                   for other in sorted(fixed & sources)), None)

@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable
 
 from ltsim.errors import ConfigError, LtsimError
+from ltsim.hardware import PRESETS
 from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
@@ -145,6 +146,20 @@ def check_executor(spec: str) -> tuple[str, int | str]:
                           "scheduler's host and port)")
     raise ConfigError("--executor", rule, spec, "e.g. --executor local:4")
 
+
+
+def check_one_kind_of_hardware(scenario: Scenario, points: list[dict[str, Any]]) -> None:
+    """Raise ConfigError unless a sweep's points all run on the unit preset or all on real
+    hardware: a unit-cost time is in units, not seconds, and the ranking put the two side by
+    side (``ltsim check`` refuses the same mix)."""
+    own = scenario.raw.get("hardware", {}).get("preset")
+    presets = {str(p.get("hardware.preset", own)) for p in points}
+    kinds = {getattr(PRESETS.get(name.lower()), "is_unit", False) for name in presets}
+    if len(kinds) > 1:  # (an unknown name is each point's own error)
+        raise ConfigError("--grid", "points all on the unit preset or all on real hardware (a "
+                          "unit-cost time is in units, not seconds: they cannot be ranked "
+                          "together)", ", ".join(sorted(presets)),
+                          "sweep the unit preset and real hardware separately")
 
 
 def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str = "local",

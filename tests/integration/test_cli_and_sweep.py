@@ -466,6 +466,9 @@ def test_grid_syntax_errors(capsys):
                  "--set", "workload.global_batch_size=4"]) == 2
     assert ("no --set gives another of: each point's would replace it (got "
             "'workload.fixed_length'). Fix: drop --set workload.dataset") in capsys.readouterr().err
+    # nor rank unit-cost points beside real hardware's (units are not seconds; a fuzzing review)
+    assert main(["sweep", str(example), "--grid", 'hardware.preset="unit","h100-sxm5-80gb"']) == 2
+    assert ("points all on the unit preset or all on real hardware" in capsys.readouterr().err)
     # SQLite's in-memory database: nothing stored, nothing to resume
     assert main(["sweep", str(example), "--grid", "strategy.k=1,2", "--db", ":memory:"]) == 2
     assert "'--db' must be a file" in capsys.readouterr().err
