@@ -355,6 +355,13 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
         raw = {**raw, "workload": {"fixed_length": 1, "global_batch_size": parallel.dp,
                                    "num_batches": 1}}
     work = dict(raw.get("workload", {}))
+    for key, empty in (("lengths", []), ("dataset", "")):  # given, but it reads as none given
+        if key in work and work[key] == empty and not any(
+                work.get(k) for k in WORKLOAD_SOURCES if k != key):
+            raise ConfigError(f"workload.{key}", "a non-empty list of sequence lengths"
+                              if key == "lengths" else "a dataset name or a length-file path",
+                              work[key], "give at least one length" if key == "lengths"
+                              else "name a built-in dataset (e.g. wikipedia) or a length file")
     work["lengths"] = tuple(work.get("lengths", ()))
     if work.get("dataset"):
         work["dataset"] = resolve_dataset(work["dataset"], source)

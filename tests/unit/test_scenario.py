@@ -109,6 +109,11 @@ def test_override_uses_toml_syntax(tmp_path):
      r"hardware\.loss_kernel for torch"),
     (BASE.replace('preset = "unit"', 'preset = "unit"\nloss_kernel = "fused"'),
      r"hardware\.loss_kernel must be absent with the unit preset"),
+    # an empty list or name read as no source given ("got 'none'"; a fuzzing review)
+    (BASE.replace("lengths = [4, 2, 1, 1]", "lengths = []"),
+     r"workload\.lengths must be a non-empty list of sequence lengths \(got \[\]\)"),
+    (BASE.replace("lengths = [4, 2, 1, 1]", 'dataset = ""\nglobal_batch_size = 4'),
+     r"workload\.dataset must be a dataset name or a length-file path \(got ''\)"),
 ])
 def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     path = _write(tmp_path, text)
