@@ -90,12 +90,19 @@ def strategy_scenarios(base: Any, listed: list[tuple[str, dict[str, Any]]],
 def one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
     """Two items of ``--strategies`` that resolve to the same strategy and options (one gives a
     default, or the scenario's own value) would run twice and print the same row."""
+    import dataclasses
+
     from ltsim.strategies import get_strategy
+    from ltsim.strategies.base import unused_options
 
     seen: dict[tuple[str, str], str] = {}
     for label, scenario in runs:
         options = {k: v for k, v in scenario.strategy_options.items() if k != "name"}
-        key = (scenario.strategy, repr(get_strategy(scenario.strategy).parse(options)))
+        parsed = get_strategy(scenario.strategy).parse(options)
+        defaults = {f.name: f.default for f in dataclasses.fields(parsed)}
+        parsed = dataclasses.replace(parsed, **{k: defaults[k]  # what the run does not read
+                                                for k in unused_options(parsed, options)})
+        key = (scenario.strategy, repr(parsed))
         if key in seen:
             raise ConfigError("--strategies", "strategies that run differently once their defaults "
                               "and the scenario's own options are filled in (maxlen: with what "

@@ -80,6 +80,12 @@ def ignored_options(options_type: type, raw: dict[str, Any], options: Any) -> li
             for key, other, needed in _unused(options_type, "IGNORED_UNLESS", raw, options)]
 
 
+def unused_options(options: Any, raw: dict[str, Any]) -> list[str]:
+    """The keys of ``raw`` that parsed ``options`` do not read (``IGNORED_UNLESS``): two runs that
+    differ only in them run alike."""
+    return [key for key, _, _ in _unused(type(options), "IGNORED_UNLESS", raw, options)]
+
+
 def toml_text(value: Any) -> str:
     """A value as a scenario file writes it."""
     if isinstance(value, bool):

@@ -143,6 +143,17 @@ def test_compare_says_what_its_table_cannot(capsys):
     assert "note: deepspeed-cp does not fit: device" in out and "the limit is" in out
 
 
+def test_two_items_that_differ_only_in_an_unused_option_are_one_run(capsys):
+    # Seq1F1B's original variant reads no chunk_size: the two rows printed alike, with only a
+    # warning that chunk_size was unused (a fuzzing review)
+    scenario = str(REPO / "scenarios/infinipipe/gpt-7b-64k-seq1f1b.toml")
+    spec = 'seq1f1b:variant="original",seq1f1b:variant="original":chunk_size=4096'
+    assert main(["compare", scenario, "--strategies", spec]) == 2
+    err = capsys.readouterr().err
+    assert ("Fix: remove seq1f1b variant=original chunk_size=4096: it runs exactly as seq1f1b "
+            "variant=original") in err
+
+
 def test_a_batching_the_strategy_overrides_is_a_warning_in_the_table(capsys):
     """Sorted batching samples "sorted-groups" whatever the scenario says: a scenario that wrote
     another batching is told so, under the comparison table as under simulate's summary; a
