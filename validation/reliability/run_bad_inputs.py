@@ -634,6 +634,19 @@ CASES: tuple[Case, ...] = (
          "hardware.memory_limit_gib"),
     Case("length file", "workload describe {tmp}/twice.jsonl", "twice.jsonl",
          (("twice.jsonl", f'{{"num_tokens": 100, "num_tokens": 200, "t": "{SECRET}"}}\n'),)),
+    # -- found by a fuzzing review of about 1,650 commands (2026-11-29, a sixth session) ---------
+    Case("--grid", f"sweep {FIG6} --grid 'hardware.preset=\"unit\",\"h100-sxm5-80gb\"'", "--grid"),
+    Case("--grid", f"sweep {QS} --set 'workload.dataset=\"wikipedia\"' "
+         "--grid workload.fixed_length=100,200", "--grid"),
+    Case("--set", f"compare {QS} --strategies chunkflow:k=4,megatron-1f1b --set strategy.k=1",
+         "--set"),
+    Case("--set", f"maxlen {QS} --workload --set workload.max_length=1024", "--set"),
+    Case("wrong type", f"simulate {QS} --set 'workload.lengths=[]'", "workload.lengths"),
+    Case("strategy", f"compare {EPP.replace('infinipipe.toml', 'seq1f1b.toml')} --strategies "
+         "'seq1f1b:variant=\"original\",seq1f1b:variant=\"original\":chunk_size=4096'",
+         "--strategies"),
+    Case("size guard", f"simulate {EPP.replace('7b', '30b')} --set strategy.num_slices=64",
+         "strategy.num_slices"),
 )
 
 
