@@ -232,7 +232,12 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         # search would else reach lengths refused as workload.lengths, a key nobody gave)
         max_length = max(step, min(max_length, MAX_BATCH_TOKENS // scenario.parallel.dp))
         max_length -= max_length % step
+    from ltsim.strategies import get_strategy
+    from ltsim.strategies.base import unused_options
+
     options = dict(scenario.strategy_options)  # as given: the note names what the search used
+    for key in unused_options(get_strategy(scenario.strategy).parse(options), options):
+        del options[key]  # (Seq1F1B's chunk_size under variant "original": not what ran)
     scenario, note = worst_draw(scenario)
     points = {} if points is None else points
 
@@ -253,8 +258,6 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
 
     period = None
     if mode == "sequence":
-        from ltsim.strategies import get_strategy
-
         strategy = get_strategy(scenario.strategy)
         period = strategy.maxlen_period(strategy.parse(scenario.strategy_options))
 

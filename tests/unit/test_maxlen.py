@@ -245,6 +245,16 @@ def test_spaco_is_searched_with_its_worst_draw(quickstart):
     assert "over every chunk" in note and str(EVERY_CHUNK) not in note and "seed" not in note
 
 
+def test_an_option_the_run_does_not_read_is_left_out_of_its_label():
+    # Seq1F1B's original variant reads no chunk_size: the label showed the file's chunk_size
+    # beside variant=original with no warning (a fuzzing review)
+    scenario = load_scenario(REPO / "scenarios" / "infinipipe" / "gpt-7b-64k-seq1f1b.toml",
+                             ['strategy.variant="original"'])
+    assert "chunk_size" in scenario.strategy_options
+    answer = find_max_length(scenario, step=65536, max_length=65536)
+    assert "chunk_size" not in answer.options and answer.options["variant"] == "original"
+
+
 def test_two_strategies_that_search_alike_are_refused(capsys):
     # SpaCO is searched with its worst draw, so spaco and spaco:sampling=worst are one search;
     # the seed and the gradient compensation change neither its time nor its memory
