@@ -18,9 +18,10 @@ from pathlib import Path
 from ltsim.plan import Keep
 from ltsim.runner import make_cost_model
 from ltsim.scenario import load_scenario
-from ltsim.strategies import epp, infinipipe
+from ltsim.strategies import infinipipe
 from ltsim.strategies.base import PlanContext
 from ltsim.strategies.epp_chunking import chunk_balanced, spread
+from ltsim.strategies.epp_costs import StageCosts
 
 SCENARIO = (Path(__file__).resolve().parents[2] / "scenarios" / "infinipipe"
             / "gpt-13b-64k-infinipipe.toml")
@@ -33,7 +34,7 @@ def main() -> int:
         scenario = load_scenario(SCENARIO).with_overrides({"workload.dataset": dataset})
         cost = make_cost_model(scenario)
         ctx = PlanContext(model=scenario.model, parallel=scenario.parallel, cost=cost)
-        costs = epp.StageCosts(cost, infinipipe.ulysses_layout(ctx), Keep.SELECTIVE)
+        costs = StageCosts(cost, infinipipe.ulysses_layout(ctx), Keep.SELECTIVE)
         capacity = infinipipe.Planner(costs, None, mode="milp", warmup="prefill", grouping=True,
                                       time_limit_s=1.0).capacity
         for seed in range(3):

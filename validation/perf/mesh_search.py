@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ltsim.plan import Slice  # noqa: E402
 from ltsim.runner import make_cost_model  # noqa: E402
 from ltsim.scenario import load_scenario  # noqa: E402
-from ltsim.strategies import epp  # noqa: E402
 from ltsim.strategies.base import PlanContext  # noqa: E402
 from ltsim.strategies.epp_chunking import mesh  # noqa: E402
+from ltsim.strategies.epp_costs import StageCosts  # noqa: E402
 from ltsim.strategies.infinipipe import NAME, ulysses_layout, uncheckpointed_keep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def main() -> None:
         scenario = load_scenario(path)
     ctx = PlanContext(model=scenario.model, parallel=scenario.parallel,
                       cost=make_cost_model(scenario))
-    costs = epp.StageCosts(ctx.cost, ulysses_layout(ctx), uncheckpointed_keep(ctx, NAME, "milp"))
+    costs = StageCosts(ctx.cost, ulysses_layout(ctx), uncheckpointed_keep(ctx, NAME, "milp"))
     calls = [0]
 
     def counted(slices):
