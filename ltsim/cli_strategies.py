@@ -70,10 +70,14 @@ def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[st
     # gives its own value in --strategies (which wins)
     taken = {k for name, own in listed for k in shared_options(options, name) if k not in own}
     for text in given:
-        if parse_override(text)[0].removeprefix("strategy.") not in taken:
+        key = parse_override(text)[0].removeprefix("strategy.")
+        if key not in taken:
+            own = [name for name, opts in listed if key in opts]
+            fix = (f"drop the --set, or {key}=... from {', '.join(dict.fromkeys(own))} in "
+                   "--strategies" if own else "give each strategy its options in --strategies, "
+                   "e.g. chunkflow:k=2")
             raise ConfigError("--set", "an option one of the compared strategies takes and does "
-                              "not give itself in --strategies", text, "give each strategy "
-                              "its options in --strategies, e.g. chunkflow:k=2")
+                              "not give itself in --strategies", text, fix)
     return base, options
 
 

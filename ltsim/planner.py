@@ -154,8 +154,8 @@ def check_one_kind_of_hardware(scenario: Scenario, points: list[dict[str, Any]])
     side (``ltsim check`` refuses the same mix)."""
     own = scenario.raw.get("hardware", {}).get("preset")
     presets = {str(p.get("hardware.preset", own)) for p in points}
-    kinds = {getattr(PRESETS.get(name.lower()), "is_unit", False) for name in presets}
-    if len(kinds) > 1:  # (an unknown name is each point's own error)
+    known = [PRESETS[name.lower()] for name in presets if name.lower() in PRESETS]
+    if len({device.is_unit for device in known}) > 1:  # (an unknown name is its point's error)
         raise ConfigError("--grid", "points all on the unit preset or all on real hardware (a "
                           "unit-cost time is in units, not seconds: they cannot be ranked "
                           "together)", ", ".join(sorted(presets)),

@@ -356,11 +356,12 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
                                    "num_batches": 1}}
     work = dict(raw.get("workload", {}))
     for key, empty in (("lengths", []), ("dataset", "")):  # given, but it reads as none given
-        if key in work and work[key] == empty and not any(
-                work.get(k) for k in WORKLOAD_SOURCES if k != key):
+        if key in work and work[key] == empty:
+            other = next((k for k in WORKLOAD_SOURCES if k != key and work.get(k)), None)
             raise ConfigError(f"workload.{key}", "a non-empty list of sequence lengths"
                               if key == "lengths" else "a dataset name or a length-file path",
-                              work[key], "give at least one length" if key == "lengths"
+                              work[key], f"remove it (workload.{other} is the source)" if other
+                              else "give at least one length" if key == "lengths"
                               else "name a built-in dataset (e.g. wikipedia) or a length file")
     work["lengths"] = tuple(work.get("lengths", ()))
     if work.get("dataset"):

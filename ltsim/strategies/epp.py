@@ -127,10 +127,11 @@ def in_flight_pairs(order: list[tuple[OpKind, int]]) -> int:
 #: sequences in 2K chunks (7,177 chunks) 959,538.
 MAX_WINDOW_PAIRS = 1 << 24
 #: The most nonzero entries the LP relaxations of one planning pass may hold together (SoPlex
-#: solves them without a time limit): GPT-30B's bundled batch at num_slices = 32 solved 259 LPs
-#: of 5.9M entries in 20.4 s (3.5 us an entry), at 64 it ran past 50 s; the bundled scenarios'
-#: largest pass holds 204,308 (GPT-13B at a 192K context, 0.32 s).
-MAX_LP_ENTRIES = 1 << 20
+#: solves them without a time limit, at about 3.5 us an entry): GPT-30B's bundled batch at
+#: num_slices = 32 solved 259 LPs of 5.9M entries in 20.4 s, at 64 it ran past 50 s, and at 20
+#: (1.07M) planned in 6.8 s, at 26 in 13 s; at this limit 32 and 64 are refused in 11-15 s. The
+#: bundled scenarios' largest pass holds 204,308 (GPT-13B at a 192K context, 0.32 s).
+MAX_LP_ENTRIES = 1 << 22
 
 
 class ProblemTooLarge(Exception):
@@ -343,8 +344,10 @@ class SolverLog:
     max_gap: float = 0.0
     solve_s: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
-    pairs_left: int = MAX_WINDOW_PAIRS  # what this planning pass's problems may still hold
-    entries_left: int = MAX_LP_ENTRIES  # and its LP relaxations
+    # what this planning pass's problems may still hold, and its LP relaxations (the limits as
+    # they are when the log is made, or the pass begins: ``new_pass``)
+    pairs_left: int = field(default_factory=lambda: MAX_WINDOW_PAIRS)
+    entries_left: int = field(default_factory=lambda: MAX_LP_ENTRIES)
 
     def spend(self, pairs: int) -> None:
         """Count a problem's (window, chunk) pairs against the pass's MAX_WINDOW_PAIRS (reset by

@@ -63,6 +63,7 @@ CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, n
 MAX_SLICES = 64  # the auto search's ceiling on N
 MIN_SLICE_TOKENS = 128  # nor does it cut slices shorter (kernels there are launch-bound)
 _PATIENCE = 2  # N values in a row without improvement that end the search
+_TOO_LARGE = 3  # and N values in a row past a pass's budget (epp.ProblemTooLarge)
 _PROBE_TOKENS = 1 << 20
 
 
@@ -154,15 +155,19 @@ class Planner:
         if num_slices != "auto":
             return self._evaluate(lengths, num_slices)
         best: Planned | None = None
-        worse = 0
+        worse = too_large = 0
         longest = max(lengths.values())
         for n in range(1, MAX_SLICES + 1):
             if n > 1 and longest < n * MIN_SLICE_TOKENS:
                 break
             try:
                 found = self._evaluate(lengths, n, force=False, relax=True)
-            except epp.ProblemTooLarge:  # too many slices to plan, and more N make more
-                break
+            except epp.ProblemTooLarge:  # past a pass's budget: a larger N may make less (the
+                too_large += 1  # pairs dip where the chunking changes, and an N that needs no
+                if too_large >= _TOO_LARGE:  # checkpointing solves no LP), so search on, but
+                    break  # each such pass costs up to its whole budget: a few in a row end it
+                continue
+            too_large = 0
             if found is None:
                 continue
             if best is None or found.estimate_s < best.estimate_s:
@@ -292,10 +297,11 @@ def build(batch: tuple[int, ...], ctx: PlanContext, *, name: str, options: dict,
             planned = planner.plan({s: batch[s] for s in seq_ids}, num_slices)
         except epp.ProblemTooLarge as exc:
             key, fix = knob
-            raise ConfigError(key, f"such that a replica's checkpointing problems (one per range "
-                              f"of the grouping DP) hold at most {exc.limit:,} {exc.unit} "
-                              "together (a sequence of n chunks makes about n^2 / 2 pairs a "
-                              "stage)", options.get(key.split(".")[-1]), fix,
+            why = ("a sequence of n chunks makes about n^2 / 2 pairs a stage"
+                   if exc.unit.startswith("(window") else "SoPlex solves each without a limit")
+            raise ConfigError(key, f"such that the checkpointing problems that price one "
+                              f"replica's pipelines hold at most {exc.limit:,} {exc.unit} "
+                              f"together ({why})", options.get(key.split(".")[-1]), fix,
                               context=f"this batch makes more than {exc.amount:,}") from None
         offset = len(chunks)
         chunks += [Chunk(offset + i, slices, replica) for i, slices in enumerate(planned.chunks)]

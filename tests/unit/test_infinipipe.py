@@ -329,9 +329,10 @@ def test_a_checkpointing_problem_past_its_size_is_refused_by_the_option_that_mad
                   cost=UnitCostModel(memory_limit_bytes=10**15))
     strategy = REGISTRY["seq1f1b"]
     options = strategy.parse({"chunk_size": 1, "checkpointing": "full", "variant": "enhanced"})
-    with pytest.raises(ConfigError, match=r"'strategy\.chunk_size' must be such that a replica's "
-                       r"checkpointing problems .* hold at most 16,777,216 \(window, chunk\) "
-                       r"pairs together .*\(got 1\).*Fix: use larger chunks"):
+    with pytest.raises(ConfigError, match=r"'strategy\.chunk_size' must be such that the "
+                       r"checkpointing problems that price one replica's pipelines hold at most "
+                       r"16,777,216 \(window, chunk\) pairs together .*\(got 1\).*"
+                       r"Fix: use larger chunks"):
         strategy.plan((6000,), ctx, options)
     plan = strategy.plan((1,) * 6000, ctx, options)  # 6,000 chunks, one in flight at a time
     assert len(plan.chunks) == 6000
@@ -422,3 +423,26 @@ def test_auto_slices_price_the_zero3_gathers_short_chunks_wait_for():
         times.append(result.batches[0].iteration_time_s)
         assert result.strategy_options["num_slices"] == 1
     assert times == sorted(times)
+
+
+def test_each_planning_pass_starts_a_budget_of_its_own(monkeypatch):
+    """The bundled GPT-7B batch: its search's passes hold at most 17,472 pairs each and more in
+    all; with a budget of 17,472 a pass, each of them still plans (a budget spent over the
+    whole search would refuse the batch) and the plan is the bundled one."""
+    bundled = _simulated("workload.num_batches=1")
+    monkeypatch.setattr(epp, "MAX_WINDOW_PAIRS", 17_472)
+    tight = _simulated("workload.num_batches=1")
+    assert tight.strategy_options["num_slices"] == bundled.strategy_options["num_slices"] == 3
+    assert tight.to_dict()["iteration_time_s"] == bundled.to_dict()["iteration_time_s"]
+
+
+def test_the_slice_search_goes_on_past_an_n_too_large_to_plan(monkeypatch):
+    """A pass's size is not monotone in N: on GPT-7B, N = 2 solves LPs of 240 entries and
+    N = 3 needs none (no window overflows). With a budget of 200 entries the search skips
+    N = 2 and still finds N = 3 (it stopped there and chose N = 1, 31.15 s against 28.51 s);
+    only _TOO_LARGE such N in a row end it."""
+    bundled = _simulated("workload.num_batches=1")
+    monkeypatch.setattr(epp, "MAX_LP_ENTRIES", 200)
+    skipped = _simulated("workload.num_batches=1")
+    assert skipped.strategy_options["num_slices"] == 3
+    assert skipped.to_dict()["iteration_time_s"] == bundled.to_dict()["iteration_time_s"]

@@ -114,6 +114,9 @@ def test_override_uses_toml_syntax(tmp_path):
      r"workload\.lengths must be a non-empty list of sequence lengths \(got \[\]\)"),
     (BASE.replace("lengths = [4, 2, 1, 1]", 'dataset = ""\nglobal_batch_size = 4'),
      r"workload\.dataset must be a dataset name or a length-file path \(got ''\)"),
+    (BASE.replace("lengths = [4, 2, 1, 1]",
+                  "lengths = []\nfixed_length = 8\nglobal_batch_size = 4"),
+     r"workload\.lengths must be a non-empty list .* Fix: remove it \(workload\.fixed_length is"),
 ])
 def test_bad_input_names_the_key(tmp_path, capsys, text, pattern):
     path = _write(tmp_path, text)

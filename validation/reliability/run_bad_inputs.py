@@ -645,8 +645,6 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {EPP.replace('infinipipe.toml', 'seq1f1b.toml')} --strategies "
          "'seq1f1b:variant=\"original\",seq1f1b:variant=\"original\":chunk_size=4096'",
          "--strategies"),
-    Case("size guard", f"simulate {EPP.replace('7b', '30b')} --set strategy.num_slices=64",
-         "strategy.num_slices"),
 )
 
 
