@@ -81,6 +81,12 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
             stages = one_f_one_b_stages([c.index for c in mine], ctx.parallel.pp, keep)
             for stage, order in enumerate(stages):
                 orders[layout.device(replica, stage)] = order
-    return lower(Schedule(strategy=NAME, options=asdict(options), seq_lengths=tuple(batch),
+    resolved = asdict(options)
+    step = options.micro_batch_size * ctx.parallel.dp
+    if not options.pack_tokens and len(batch) % step:  # Plan.options' notes: the run's warnings
+        resolved["notes"] = (f"global batch: Megatron-LM refuses one of {len(batch)} "
+                             f"sequences, not a multiple of micro_batch_size x dp = {step}; "
+                             "simulated with a short last round of micro-batches",)
+    return lower(Schedule(strategy=NAME, options=resolved, seq_lengths=tuple(batch),
                           chunks=every, devices=layout.devices(), orders=orders,
                           mirrors=mirrors, columns=columns), layout)

@@ -276,6 +276,21 @@ def test_megatron_deals_a_micro_batch_of_consecutive_sequences_to_each_rank(size
     assert all(len(c.slices) == size for c in plan.chunks)
 
 
+@pytest.mark.parametrize("size,lengths,warned", [(2, (4,) * 8, False), (2, (4,) * 6, True),
+                                                 (4, (4,) * 3, True)])
+def test_megatron_warns_of_a_batch_megatron_lm_would_refuse(size, lengths, warned):
+    """Megatron-LM asserts global batch % (micro_batch_size x dp) == 0; ltsim deals the rest in
+    a short last round (below) and says so in the run's warnings."""
+    from tests.conftest import unit_ctx
+
+    megatron = get_strategy("megatron-1f1b")
+    plan = megatron.plan(lengths, unit_ctx(dp=2), megatron.parse({"micro_batch_size": size}))
+    notes = plan.options.get("notes", ())
+    assert bool(notes) is warned
+    if warned:
+        assert f"not a multiple of micro_batch_size x dp = {2 * size}" in notes[0]
+
+
 @pytest.mark.parametrize("name,options,lengths,dealt", [
     ("sorted-batching", {"micro_batch_size": 2}, (4,) * 8, [[0, 1, 4, 5], [2, 3, 6, 7]]),
     # a last round short of dp blocks goes one sequence at a time: no rank is left empty while
