@@ -156,9 +156,9 @@ def _inputs(path: str, scenario: Any) -> tuple[Path, ...]:
     out = [Path(path)]
     if scenario.source:  # where it was found (a bundled scenario when the path did not exist)
         out.append(Path(scenario.source))
-    if scenario.workload.dataset:  # a path, or a built-in name read from ltsim's own data
-        out.append(expand_user(scenario.workload.dataset))
-        out += packaged_files(scenario.workload.dataset)
+    if scenario.workload.dataset:  # a built-in name read from ltsim's own data, or a path
+        out += (packaged_files(scenario.workload.dataset)
+                or [expand_user(scenario.workload.dataset)])
     if not scenario.cluster.device.is_unit:
         try:
             profile = resolve_profile(scenario.cluster.profile_dir)

@@ -55,13 +55,22 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
         if path is None:
             continue
         where = _resolved(flag, path)
-        if any(where == _resolved(flag, p) or _same_file(path, p) for p in inputs):
+        if any(where == _input(p) or _same_file(path, p) for p in inputs):
             raise ConfigError(flag, "a file other than the command's input", str(path),
                               "choose another file name (the input would be overwritten)")
         if where in seen:
             raise ConfigError(flag, f"a file other than {seen[where]}'s", str(path),
                               "give each output its own file name")
         seen[where] = flag
+
+
+def _input(path: Path) -> Path | None:
+    """An input's resolved path; None where it has none (a relative one in a deleted working
+    directory, a link loop), which no output can then be: an output is resolved, or refused."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def _resolved(flag: str, path: Path) -> Path:

@@ -865,6 +865,21 @@ def test_an_output_in_a_deleted_working_directory_is_refused_as_such(tmp_path, m
     assert "the current directory no longer exists" in err and "link loop" not in err
 
 
+def test_an_absolute_output_in_a_deleted_working_directory_is_written(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A built-in dataset's name was resolved as a relative input path, which fails in a deleted
+    working directory: the absolute --trace was refused as "'--trace' must be a path ltsim can
+    resolve (got 'chunkflow-eval')" (a fuzzing review)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    trace = tmp_path / "t.json"
+    assert main(["simulate", str(REPO / "scenarios/quickstart.toml"), "--set",
+                 "workload.num_batches=1", "--trace", str(trace)]) == 0
+    assert trace.exists()
+
+
 def test_an_sqlite_uri_as_the_store_is_refused_before_any_folder_is_made(tmp_path, monkeypatch,
                                                                          capsys):
     """SQLite reads a name that starts "file:" as a URI (its mode, its options): --db
