@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.cli_parser import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, STDOUT, build_parser
-from ltsim.cli_paths import check_distinct, check_folder, check_output, written
+from ltsim.cli_paths import (check_distinct, check_folder, check_folder_outputs, check_output,
+                             written)
 from ltsim.cli_progress import (batch_progress, count_progress, heartbeat, maxlen_progress,
                                 progress_bar)
 from ltsim.cli_strategies import (load_base, one_run_each, parse_strategy_list,
@@ -420,8 +421,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.errors import ProfileError
     from ltsim.profiles import available_profiles, load_profile, resolve_profile
     from ltsim.scenario import load_scenario, parse_override
-    from ltsim.validate import (require_real_device, same_kind_of_device, summary_text,
-                                validate_scenario, write_outputs)
+    from ltsim.validate import (OUTPUT_FILES, require_real_device, same_kind_of_device,
+                                summary_text, validate_scenario, write_outputs)
 
     _require_torch("validate")
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
@@ -456,6 +457,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     unused = (f"validate: pricing with --profile {args.profile}; the scenario's hardware.profile "
               f"({written}) is not used" if other else "")
     scenario = scenario.with_overrides({"hardware.profile": str(args.profile)})
+    if args.out:  # its files over an input (the scenario, the profile's tables) would lose it
+        if Path(args.out).resolve() == Path(profile).resolve():
+            raise ConfigError("--out", "a folder other than the profile's", str(args.out),
+                              "write the comparison to a folder of its own, e.g. --out out/v")
+        check_folder_outputs("--out", Path(args.out), OUTPUT_FILES,
+                             _inputs(args.scenario, scenario))
     started = time.perf_counter()
 
     def announce(iterations: int, predicted_s: float) -> None:  # the executor can take minutes

@@ -64,6 +64,19 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
         seen[where] = flag
 
 
+def check_folder_outputs(flag: str, folder: Path, names: tuple[str, ...],
+                         inputs: tuple[Path, ...]) -> None:
+    """The files a command writes into ``folder`` (``names``) are none of its inputs (a scenario
+    overwritten is lost), as ``check_distinct`` checks a file output."""
+    for name in names:
+        path = folder / name
+        where = _resolved(flag, path)
+        if any(where == _input(p) or _same_file(path, p) for p in inputs):
+            raise ConfigError(flag, f"a folder none of whose outputs ({', '.join(names)}) is an "
+                              "input", str(folder), f"choose another folder: its {name} is an "
+                              "input the command would overwrite")
+
+
 def _input(path: Path) -> Path | None:
     """An input's resolved path; None where it has none (a relative one in a deleted working
     directory, a link loop), which no output can then be: an output is resolved, or refused."""

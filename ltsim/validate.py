@@ -295,6 +295,11 @@ def summary_text(validation: Validation, tolerance: float) -> str:
     return "\n".join(lines)
 
 
+#: What ``write_outputs`` writes under its folder (the command line checks them against the inputs)
+OUTPUT_FILES = ("comparison.csv", "comparison.md", "summary.json", "predicted_trace.json",
+                "measured_trace.json", "gantt.png")
+
+
 def write_outputs(validation: Validation, out: Path, title: str, tolerance: float) -> list[Path]:
     """The table (CSV, markdown), summary JSON, Gantt figure and Chrome traces under ``out``."""
     from ltsim.viz import plot_compare
@@ -318,5 +323,4 @@ def write_outputs(validation: Validation, out: Path, title: str, tolerance: floa
     validation.measured.write_chrome_trace(out / "measured_trace.json")
     figure = plot_compare(validation.predicted, validation.measured, out / "gantt.png",
                           plan=validation.plan, title=title)
-    return [out / n for n in ("comparison.csv", "comparison.md", "summary.json",
-                              "predicted_trace.json", "measured_trace.json")] + [figure]
+    return [out / n for n in OUTPUT_FILES[:-1]] + [figure]

@@ -394,3 +394,27 @@ def test_validate_names_a_profile_of_the_device_kind_the_scenario_runs_on(repo):
                             repo / "profiles" / "cpu-ci", "cpu-ci")
     assert "Fix: use h100-sxm5-80gb or a profile `ltsim profile --device cuda`" in str(info.value)
     assert "use cpu-ci" not in str(info.value)
+
+
+def test_validate_refuses_an_out_folder_over_its_inputs(repo, tmp_path, capsys):
+    """--out's files over the scenario (a scenario named comparison.md, or a summary.json link
+    to it) or into the --profile folder replaced the input with the report (a fuzzing review)."""
+    import shutil
+
+    scenario = tmp_path / "comparison.md"
+    shutil.copy(repo / "scenarios" / "seco" / "cpu-llama-tiny-seco.toml", scenario)
+    before = scenario.read_bytes()
+    assert cli_main(["validate", str(scenario), "--profile", "cpu-ci", "--out",
+                     str(tmp_path)]) == 2
+    assert "its comparison.md is an input the command would overwrite" in capsys.readouterr().err
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "summary.json").symlink_to(scenario)
+    assert cli_main(["validate", str(scenario), "--profile", "cpu-ci", "--out", str(linked)]) == 2
+    assert "its summary.json is an input" in capsys.readouterr().err
+    profile = tmp_path / "profile"
+    shutil.copytree(repo / "profiles" / "cpu-ci", profile)
+    assert cli_main(["validate", str(scenario), "--profile", str(profile), "--out",
+                     str(profile)]) == 2
+    assert "'--out' must be a folder other than the profile's" in capsys.readouterr().err
+    assert scenario.read_bytes() == before
