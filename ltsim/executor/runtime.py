@@ -219,7 +219,7 @@ def check_supported(plan: Plan) -> None:
             fix = (" Fix: plan with parallel.zero_stage = 0 (the executor's optimizer is not "
                    "sharded)" if op.name == "dp-params" else "")
             raise PlanError(f"the executor runs only the COLL[dp-grad] gradient reduction (got "
-                            f"{op.key}).{fix}\n{plan.grid(mark=op.key)}")
+                            f"{op.key}).{fix}" + ("" if fix else f"\n{plan.grid(mark=op.key)}"))
     for device in plan.devices:
         if device.offload_optimizer:
             raise PlanError(f"device {device.index} keeps its optimizer in host memory (ZeRO-Offload)"
@@ -252,7 +252,7 @@ def _check_layers(plan: Plan, op: Op) -> None:
     if work.tiling.mlp or work.tiling.loss:
         raise PlanError(f"the executor does not tile the MLP or the loss ({op.key}); tiled works "
                         "are simulated only. Fix: strategy.tiled_mlp = false and "
-                        f"strategy.tiled_loss = false to validate\n{plan.grid(mark=op.key)}")
+                        "strategy.tiled_loss = false to validate")  # (a choice: one line)
     lengths = plan.seq_lengths
     if any(s.start > 0 or s.stop < lengths[s.seq] for s in work.slices):
         raise PlanError(f"{op.key}: per-layer ops over parts of sequences (K/V state across "

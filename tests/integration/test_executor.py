@@ -418,3 +418,13 @@ def test_validate_refuses_an_out_folder_over_its_inputs(repo, tmp_path, capsys):
                      str(profile)]) == 2
     assert "'--out' must be a folder other than the profile's" in capsys.readouterr().err
     assert scenario.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["strategy.tiled_mlp=true", "strategy.tiled_loss=true"])
+def test_a_tiling_the_executor_does_not_run_is_refused_in_one_line(repo, option, capsys):
+    # the refusal drew the plan's grid under it: four lines for an option the user chose
+    assert cli_main(["validate", str(repo / "scenarios" / "alst" / "cpu-llama-tiny-alst.toml"),
+                     "--profile", "cpu-ci", "--set", "workload.lengths=[256]", "--set",
+                     option]) == 2
+    err = capsys.readouterr().err
+    assert "does not tile the MLP or the loss" in err and len(err.strip().splitlines()) == 1
