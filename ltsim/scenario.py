@@ -35,7 +35,7 @@ SCHEMA: dict[str, dict[str, str]] = {
     "": {"name": _STR, "seed": _INT, "description": _STR},
     "model": {"preset": _STR, **{k: _INT for k in _SHAPE},
               "arch": _STR, "dtype": _STR, "tied_embeddings": _BOOL, "qkv_bias": _BOOL,
-              "lora_rank": _INT},
+              "lora_rank": _INT, "max_position_embeddings": _INT},
     "hardware": {"preset": _STR, "num_nodes": _INT, "gpus_per_node": _INT, "profile": _STR,
                  "attention_kernel": _STR, "loss_kernel": _STR,
                  "memory_limit_gib": _NUM},

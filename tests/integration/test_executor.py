@@ -428,3 +428,18 @@ def test_a_tiling_the_executor_does_not_run_is_refused_in_one_line(repo, option,
                      option]) == 2
     err = capsys.readouterr().err
     assert "does not tile the MLP or the loss" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_gpt_shape_needs_a_position_table_as_long_as_its_sequences(repo, tmp_path, capsys):
+    """arch = "gpt" ran the executor's workers, which failed with a traceback on a table of 0
+    rows, and model.max_position_embeddings was not a scenario key (a fuzzing review)."""
+    from ltsim.scenario import load_scenario
+
+    scenario = repo / "scenarios" / "seco" / "cpu-llama-tiny-seco.toml"
+    sets = ["--set", "workload.lengths=[256]", "--set", 'model.arch="gpt"']
+    assert cli_main(["validate", str(scenario), "--profile", "cpu-ci", *sets]) == 2
+    err = capsys.readouterr().err
+    assert ("model.max_position_embeddings must be at least the plan's longest sequence (256 "
+            "tokens)") in err and len(err.strip().splitlines()) == 1
+    spec = load_scenario(scenario, ['model.arch="gpt"', "model.max_position_embeddings=512"]).model
+    assert (spec.arch, spec.max_position_embeddings) == ("gpt", 512)
