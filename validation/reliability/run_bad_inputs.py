@@ -645,6 +645,14 @@ CASES: tuple[Case, ...] = (
     Case("strategy", f"compare {EPP.replace('infinipipe.toml', 'seq1f1b.toml')} --strategies "
          "'seq1f1b:variant=\"original\",seq1f1b:variant=\"original\":chunk_size=4096'",
          "--strategies"),
+    # -- a second fuzzing review of this session (validate, sweep resume, outputs) -------------
+    Case("output path", "validate {tmp}/comparison.md --profile cpu-ci --out {tmp}", "--out",
+         (("comparison.md", (REPO / "scenarios" / "seco" / "cpu-llama-tiny-seco.toml")
+           .read_text() + f"# {SECRET}\n"),)),
+    Case("model shape", "validate scenarios/seco/cpu-llama-tiny-seco.toml --profile cpu-ci "
+         "--set 'model.arch=\"gpt\"'", "model.max_position_embeddings"),
+    Case("strategy options", "validate scenarios/alst/cpu-llama-tiny-alst.toml --profile cpu-ci "
+         "--set 'workload.lengths=[256]' --set strategy.tiled_mlp=true", "tiled_mlp"),
 )
 
 
