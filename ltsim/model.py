@@ -112,6 +112,12 @@ class ModelSpec:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"model.{key}", "a non-negative integer", value)
+        # read for GPT only: on another arch it would change nothing but unmatch the profile's
+        # catalog shapes (costs/eager.py), dropping their whole-op times
+        if self.max_position_embeddings and self.arch != "gpt":
+            raise ConfigError("model.max_position_embeddings", "absent unless model.arch = "
+                              f"\"gpt\" ({self.arch}'s rotary positions need no table)",
+                              self.max_position_embeddings, "remove it")
         narrowest = min(self.kv_hidden_size, self.hidden_size, self.ffn_hidden_size)
         if self.lora_rank > narrowest:  # every linear layer is adapted; K/V are usually narrowest
             raise ConfigError("model.lora_rank", "at most the narrowest adapted matrix's width "
@@ -173,6 +179,9 @@ def get_model(name: str, **overrides: object) -> ModelSpec:
         raise ConfigError("model.preset", f"one of {', '.join(sorted(CATALOG))}", name,
                           "pick a catalog name or give the shape explicitly "
                           "(arch, hidden_size, ...)")
+    if overrides and overrides.get("arch", spec.arch) != "gpt" and (
+            "max_position_embeddings" not in overrides):  # a GPT preset made another arch
+        overrides = {**overrides, "max_position_embeddings": 0}  # keeps no position table
     return replace(spec, **overrides).validate() if overrides else spec
 
 

@@ -168,8 +168,9 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
     if spec.arch == "gpt" and spec.max_position_embeddings < longest:  # (a worker's traceback)
         raise ConfigError("model.max_position_embeddings", "at least the plan's longest sequence "
                           f"({longest:,} tokens) for arch 'gpt' (a learned position table)",
-                          spec.max_position_embeddings, "set model.max_position_embeddings, or "
-                          "use arch = \"llama\" (rotary positions need no table)")
+                          spec.max_position_embeddings, f"set model.max_position_embeddings = "
+                          f"{longest} or more, or use arch = \"llama\" (rotary positions need "
+                          "no table)")
     if device not in ("cpu", "cuda"):
         raise ConfigError("executor.device", "'cpu' or 'cuda'", device)
     if backend == "nccl" and device != "cuda":

@@ -84,9 +84,10 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     resolved = asdict(options)
     step = options.micro_batch_size * ctx.parallel.dp
     if not options.pack_tokens and len(batch) % step:  # Plan.options' notes: the run's warnings
-        resolved["notes"] = (f"global batch: Megatron-LM refuses one of {len(batch)} "
-                             f"sequences, not a multiple of micro_batch_size x dp = {step}; "
-                             "simulated with a short last round of micro-batches",)
+        resolved["notes"] = (f"global batch: Megatron-LM refuses a global batch of {len(batch)} "
+                             f"sequences, not a multiple of micro_batch_size x dp = {step} "
+                             "(simulated with a short last round of micro-batches); set "
+                             "workload.global_batch_size to a multiple of it",)
     return lower(Schedule(strategy=NAME, options=resolved, seq_lengths=tuple(batch),
                           chunks=every, devices=layout.devices(), orders=orders,
                           mirrors=mirrors, columns=columns), layout)

@@ -95,7 +95,10 @@ def test_tied_embeddings_count_once() -> None:
 
 
 def test_positions_count_only_for_gpt() -> None:
-    llama = get_model("llama-2-7b", max_position_embeddings=4096)
+    import dataclasses
+
+    # (a scenario cannot give a llama shape a table: test_a_position_table_belongs_to_gpt_...)
+    llama = dataclasses.replace(CATALOG["llama-2-7b"], max_position_embeddings=4096)
     assert embedding_parameters(llama) == vocab_parameters(llama)
     gpt = CATALOG["gpt-7b"]
     assert embedding_parameters(gpt) == (gpt.vocab_size + 4096) * gpt.hidden_size
@@ -220,3 +223,18 @@ def test_negative_tokens_rejected() -> None:
         forward_flops(CATALOG["llama-tiny"], q_tokens=4, context_tokens=-1)
     with pytest.raises(ConfigError, match=r"'num_tokens' must be"):
         head_flops(CATALOG["llama-tiny"], -3)
+
+
+def test_a_position_table_belongs_to_gpt_shapes_only():
+    """model.max_position_embeddings became a scenario key (2026-11-29); on a llama shape it
+    changed nothing but unmatched the profile's catalog shape, dropping its whole-op times (a
+    review), so it is refused there, and a GPT preset made another arch drops its table."""
+    from ltsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"max_position_embeddings' must be absent unless "
+                       r"model\.arch = \"gpt\""):
+        get_model("llama-tiny", max_position_embeddings=4096)
+    assert get_model("gpt-7b").max_position_embeddings == 4096
+    assert get_model("gpt-7b", arch="llama").max_position_embeddings == 0
+    assert get_model("gpt-7b", max_position_embeddings=192000).max_position_embeddings == 192000
+    assert get_model("llama-tiny") is get_model("llama-tiny")  # no copy without overrides
