@@ -55,7 +55,7 @@ def check_distinct(outputs: dict[str, Path | None], inputs: tuple[Path, ...] = (
         if path is None:
             continue
         where = _resolved(flag, path)
-        if any(where == _input(p) or _same_file(path, p) for p in inputs):
+        if _is_input(where, path, inputs):
             raise ConfigError(flag, "a file other than the command's input", str(path),
                               "choose another file name (the input would be overwritten)")
         if where in seen:
@@ -70,11 +70,16 @@ def check_folder_outputs(flag: str, folder: Path, names: tuple[str, ...],
     overwritten is lost), as ``check_distinct`` checks a file output."""
     for name in names:
         path = folder / name
-        where = _resolved(flag, path)
-        if any(where == _input(p) or _same_file(path, p) for p in inputs):
+        if _is_input(_resolved(flag, path), path, inputs):
             raise ConfigError(flag, f"a folder none of whose outputs ({', '.join(names)}) is an "
                               "input", str(folder), f"choose another folder: its {name} is an "
                               "input the command would overwrite")
+
+
+def _is_input(where: Path, path: Path, inputs: tuple[Path, ...]) -> bool:
+    """Whether output ``path`` (resolved: ``where``) is one of ``inputs``, by resolved path or as
+    the same file (a hard link)."""
+    return any(where == _input(p) or _same_file(path, p) for p in inputs)
 
 
 def _input(path: Path) -> Path | None:

@@ -184,9 +184,9 @@ class Workload:
 
     def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` lengths from the dataset, the overlong ones dropped or cut to ``max_length``."""
-        if self.overlong == "truncate" and self.max_length:
-            return np.minimum(self.source().draw(rng, n), self.max_length)
-        return self.source().draw(rng, n)
+        draws = self.source().draw(rng, n)
+        return (np.minimum(draws, self.max_length) if self.overlong == "truncate"
+                and self.max_length else draws)
 
     def _sorted_groups(self, rng: np.random.Generator) -> np.ndarray:
         """LongAlign's sort_and_group: sort a pool by length, cut consecutive groups, pick groups at random.

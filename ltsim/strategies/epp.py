@@ -47,8 +47,7 @@ import numpy as np
 
 from ltsim.plan import OpKind
 from ltsim.strategies import milp
-from ltsim.strategies.epp_costs import ChunkCost
-from ltsim.units import NO_LIMIT_BYTES
+from ltsim.strategies.epp_costs import ChunkCost, unlimited
 
 CHECKPOINTINGS = ("milp", "none", "full", "uniform")
 WARMUPS = ("prefill", "1f1b")
@@ -393,8 +392,8 @@ def solve_pipeline(units: list[list[int]], costs: dict[int, ChunkCost], budgets:
         answer = Checkpointing((), "trivial")
         log.add(answer)
         return Pipeline((), answer, 0.0)
-    if min(budgets) >= NO_LIMIT_BYTES:  # no memory limit (the unit preset's): every window
-        num_vars = sum(map(len, ordered)) + len(budgets) - 1  # fits, as solve would find
+    if unlimited(budgets):  # every window fits, as solve would find
+        num_vars = sum(map(len, ordered)) + len(budgets) - 1
         answer = Checkpointing((max_layers if mode == "full" else 0,) * num_vars, "trivial")
     else:
         problem = build_problem(ordered, costs, budgets, warmup, max_layers, log)

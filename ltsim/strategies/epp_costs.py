@@ -14,6 +14,12 @@ from ltsim.units import NO_LIMIT_BYTES
 from ltsim.work import SLICE_BOUNDS
 
 
+def unlimited(budgets: list[float]) -> bool:
+    """Whether stages of these activation budgets have no memory limit (the unit preset's): no
+    checkpointing window can overflow them."""
+    return min(budgets) >= NO_LIMIT_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkCost:
     """One chunk's stage time and, per stage, its memory coefficients (bytes)."""
@@ -40,7 +46,7 @@ class StageCosts:
         self._coll = self._zero3_colls()
         # no memory limit (the unit preset's): no window can overflow, and the MILP is never
         # built (epp.solve_pipeline), so a chunk's memory coefficients are not asked
-        self.unlimited = cost.memory_limit_bytes >= NO_LIMIT_BYTES
+        self.unlimited = unlimited([self.budget(s) for s in range(self.num_stages)])
 
     @property
     def num_stages(self) -> int:
