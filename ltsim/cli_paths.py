@@ -217,3 +217,28 @@ def written(flag: str, path: Path, write: Callable[[], Any]) -> None:
     except OSError as exc:
         raise ConfigError(flag, "a writable file", str(path), "choose a writable folder",
                           context=exc.strerror or type(exc).__name__) from None
+
+
+def command_inputs(path: str, scenario: Any) -> tuple[Path, ...]:
+    """The files a command reads: the scenario file, its length file and its profile's tables
+    (an output path on one of them would overwrite it)."""
+    from ltsim.datasets import packaged_files
+    from ltsim.errors import LtsimError
+    from ltsim.files import expand_user
+    from ltsim.profile_files import PROFILE_FILES
+    from ltsim.profiles import resolve_profile
+
+    out = [Path(path)]
+    if scenario.source:  # where it was found (a bundled scenario when the path did not exist)
+        out.append(Path(scenario.source))
+    if scenario.workload.dataset:  # a built-in name read from ltsim's own data, or a path
+        out += (packaged_files(scenario.workload.dataset)
+                or [expand_user(scenario.workload.dataset)])
+    if not scenario.cluster.device.is_unit:
+        try:
+            profile = resolve_profile(scenario.cluster.profile_dir)
+        except LtsimError:  # the run names a profile it cannot find; nothing to overwrite there
+            profile = None
+        if profile is not None:
+            out += [profile / name for name in PROFILE_FILES]
+    return tuple(out)

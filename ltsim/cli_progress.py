@@ -32,6 +32,14 @@ def say(text: str) -> None:
         _last_line[0] = time.monotonic()
 
 
+def error_line(text: str) -> None:
+    """One line on standard error; if that cannot be written either, the exit code says it."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 @contextmanager
 def heartbeat(command: str, every_s: float = 15.0) -> Iterator[None]:
     """While the body runs, "ltsim {command}: still working, N s" on stderr after every

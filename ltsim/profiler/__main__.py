@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ltsim.cli import profile_main  # the command (messages, exit codes) is the front end's
+from ltsim.cli_device import profile_main  # the command (messages, exit codes) is the front end's
 
 if __name__ == "__main__":
     sys.exit(profile_main())

@@ -27,7 +27,7 @@ from ltsim.memory import activation_bytes_per_token  # noqa: E402
 from ltsim.model import get_model  # noqa: E402
 from ltsim.parallel import ParallelConfig  # noqa: E402
 from ltsim.profiler import run_profile  # noqa: E402
-from ltsim.cli import cmd_profile  # noqa: E402
+from ltsim.cli_device import cmd_profile  # noqa: E402
 from ltsim.profiler.cli import add_arguments  # noqa: E402
 from ltsim.profiler.activations import make_layer, saved_bytes  # noqa: E402
 from ltsim.profiler.attention import sdpa_slice  # noqa: E402
