@@ -26,7 +26,8 @@ import public_data as pub  # noqa: E402
 import tables as tb  # noqa: E402
 from analytic import GemmModel, log_errors  # noqa: E402
 
-from ltsim.profiles import ProfileMeta, bus_factor, write_meta, write_table  # noqa: E402
+from ltsim.collectives import bus_factor  # noqa: E402
+from ltsim.profiles import ProfileMeta, write_meta, write_table  # noqa: E402
 from ltsim.units import GB, GiB  # noqa: E402
 
 DATE = "2026-11-21"

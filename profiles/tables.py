@@ -149,7 +149,7 @@ def extend_collective(curve: pd.DataFrame, *, note: str, shape=None, top: int = 
 
 def derive_ops(all_reduce: pd.DataFrame, *, factor: dict[str, float], note: str) -> pd.DataFrame:
     """all_gather / reduce_scatter / all_to_all from all_reduce rows: t = factor[op] x t_all_reduce
-    at the same bytes (0.5 at equal bus bandwidth, lookup.CollectiveLookup)."""
+    at the same bytes (0.5 at equal bus bandwidth, collectives.CollectiveLookup)."""
     parts = [all_reduce.assign(op=op, time_s=all_reduce.time_s * f, source=note, method="analytic")
              for op, f in factor.items()]
     return pd.concat(parts, ignore_index=True)[COLL_COLUMNS]

@@ -21,7 +21,7 @@ over N nodes has g = ceil(n / N) ranks, so g cards, per node, and a ring moves b
 bytes through every node's cards (nccl-tests' bus bandwidth; an all-to-all (n - g) / n x bytes,
 what leaves the node): at least one card's point-to-point time (the profile's inter-node
 send_recv rows) for 1/g of that. The tables hold one group's measurement (Skrull's Table 5: 32
-ranks, 8 a node) and other sizes keep its bus bandwidth (profiles.CollectiveLookup), which a group
+ranks, 8 a node) and other sizes keep its bus bandwidth (collectives.CollectiveLookup), which a group
 of one rank a node, whose traffic all goes through one card (tp = 8 and the data-parallel group
 across nodes), cannot reach.
 """
@@ -37,7 +37,8 @@ from ltsim.hardware import ClusterSpec
 from ltsim.memory import stage_parameters_per_gpu, trainable_parameters_per_gpu
 from ltsim.model import ModelSpec
 from ltsim.plan import Buffer, Comm
-from ltsim.profiles import Profile, bus_factor
+from ltsim.collectives import bus_factor
+from ltsim.profiles import Profile
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
