@@ -118,12 +118,13 @@ def one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
 def shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
     """The scenario's strategy options that strategy ``name`` also takes (e.g. skrull's
     bucket_size for deepspeed-cp), so a comparison runs both on the same footing."""
-    import dataclasses
-
+    from ltsim.scenario import strategy_option_names
     from ltsim.strategies import get_strategy
 
-    accepted = {f.name for f in dataclasses.fields(get_strategy(name).options_type)}
-    return {k: v for k, v in options.items() if k in accepted}
+    accepted = strategy_option_names(name)
+    if accepted is None:
+        get_strategy(name)  # (raises: the unknown name, with the known ones)
+    return {k: v for k, v in options.items() if k in accepted and k != "name"}
 
 
 def rebuild(raw: dict[str, Any], source: str, opts: dict[str, Any] | None = None):

@@ -245,6 +245,15 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
         raise ConfigError("--set", "one workload source (dataset, lengths or fixed_length)",
                           " and ".join(sources), f"keep one of {' and '.join(sources)}")
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    new = dict(items).get("strategy.name")
+    old = raw.get("strategy", {}).get("name") if isinstance(raw.get("strategy"), dict) else None
+    if isinstance(new, str) and isinstance(old, str) and new.lower() != old.lower():
+        # another strategy: the file's options of its own that the new one does not take go
+        # (as compare --strategies runs each on the file's shared options); a --set is checked
+        accepted = strategy_option_names(new)
+        if accepted is not None:
+            merged["strategy"] = {k: v for k, v in merged["strategy"].items()
+                                  if k in accepted or f"strategy.{k}" in given}
     for key, value in items:
         section, _, name = key.rpartition(".")
         target = merged.setdefault(section, {}) if section else merged
@@ -263,6 +272,18 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
             if name == "lengths" and "workload.global_batch_size" not in given:
                 target.pop("global_batch_size", None)  # the lengths are the batch, and its size
     return merged
+
+
+def strategy_option_names(name: str) -> set[str] | None:
+    """The option names strategy ``name`` takes, with "name" (None: no such strategy, which the
+    scenario's build reports)."""
+    from ltsim.strategies import get_strategy  # strategies sit below scenario; import on use
+
+    try:
+        options_type = get_strategy(name).options_type
+    except ConfigError:
+        return None
+    return {"name", *(f.name for f in fields(options_type))}
 
 
 def build_scenario(raw: dict[str, Any], *, source: str = "", per_replica: bool = False) -> Scenario:

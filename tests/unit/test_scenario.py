@@ -246,6 +246,25 @@ def test_set_lengths_replaces_the_dataset_draw_and_its_batch_size():
     assert both["workload"]["global_batch_size"] == 2
 
 
+def test_set_strategy_name_keeps_only_the_file_options_the_new_strategy_takes(capsys):
+    """--set strategy.name=X (DESIGN.md section 4: every value can be overridden) runs X with the
+    file's strategy options that X also takes, as compare --strategies does; the file's options
+    of its own strategy were blamed on the file ("strategy.chunk_size must be an option of
+    'megatron-1f1b'"). An option given with --set is still checked against X."""
+    switched = load_scenario("scenarios/quickstart.toml", ["strategy.name=megatron-1f1b"])
+    assert switched.strategy == "megatron-1f1b" and switched.strategy_options == {}
+    same = load_scenario("scenarios/quickstart.toml", ["strategy.name=ChunkFlow"])
+    assert same.strategy_options == {"chunk_size": 8192, "k": 2}
+    skrull = load_scenario("scenarios/skrull/qwen2.5-0.5b-wikipedia.toml",
+                           ["strategy.name=deepspeed-cp"])  # shares skrull's bucket_size
+    assert "bucket_size" in skrull.strategy_options
+    assert main(["simulate", "scenarios/quickstart.toml", "--set", "strategy.name=megatron-1f1b"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "scenarios/quickstart.toml", "--set", "strategy.name=megatron-1f1b",
+                 "--set", "strategy.k=4"]) == 2
+    assert "strategy.k" in capsys.readouterr().err
+
+
 def test_a_scenario_name_is_at_most_200_characters(tmp_path):
     """A name of 200,000 characters hung `simulate --plot` (matplotlib laying out the title)."""
     text = (Path(__file__).resolve().parents[2] / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
