@@ -1,7 +1,8 @@
 """Every `ltsim ...` command in README.md's ```bash blocks runs and exits 0 (in-process, cwd = repo).
 
-Output files the commands name (gantt.png, trace.json, sweep.sqlite, heatmap.png, lengths.png,
-bucket.png) are redirected into tmp_path, so the tour leaves nothing in the checkout.
+Output files the commands name (out/gantt.png, out/trace.json, out/sweep.sqlite, ...) are
+redirected into tmp_path by their file name, so the tour leaves nothing in the checkout (a
+stored out/sweep.sqlite would also make the next run resume from it).
 
 Skipped, and why:
 - ``ltsim profile ...``: measures this machine's kernels for minutes (tests/integration/
@@ -23,7 +24,7 @@ from ltsim.cli import main
 REPO = Path(__file__).resolve().parents[2]
 SKIP = {"profile": "measures kernels for minutes (test_profiler.py covers it)",
         "validate": "runs the executor for a minute or more (test_executor.py covers it)"}
-OUTPUT = re.compile(r"^[\w.-]+\.(png|json|sqlite|csv)$")  # a bare output file name in the README
+OUTPUT = re.compile(r"^[\w./-]+\.(png|json|sqlite|csv)$")  # an output file the README names
 
 
 def readme_commands() -> list[list[str]]:
@@ -54,7 +55,7 @@ def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys):
     if argv[0] in SKIP:
         pytest.skip(f"ltsim {argv[0]}: {SKIP[argv[0]]}")
     monkeypatch.chdir(REPO)
-    argv = [str(tmp_path / a) if OUTPUT.match(a) else a for a in argv]
+    argv = [str(tmp_path / Path(a).name) if OUTPUT.match(a) else a for a in argv]
     code = main(argv)
     captured = capsys.readouterr()
     assert code == 0, captured.err
