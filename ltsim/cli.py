@@ -255,7 +255,13 @@ def cmd_workload(args: argparse.Namespace) -> int:
                           f"{MAX_SEQUENCE_TOKENS:,}", args.max_length, "e.g. --max-length 32768")
     check_output("--plot", args.plot)
     check_distinct({"--plot": args.plot}, (expand_user(args.dataset), *packaged_files(args.dataset)))
-    frame = describe(args.dataset, max_length=args.max_length, key="--max-length")
+    try:
+        frame = describe(args.dataset, max_length=args.max_length, key="--max-length")
+    except ConfigError as exc:  # the dataset is this command's argument, not a scenario key
+        if exc.key != "workload.dataset":
+            raise
+        raise ConfigError("dataset", exc.rule, exc.value, exc.fix, source=exc.source,
+                          context=exc.context) from None
     text = format_describe(frame)
     if args.plot:
         from ltsim.workload import plot_histogram

@@ -115,21 +115,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="measure cost tables on this machine")
     _add_profile_args(p)
     p = sub.add_parser("validate", help="predict and measure a scenario, compare")
-    p.add_argument("scenario", type=_input_arg)
-    p.add_argument("--profile", required=True, help="profile directory or name")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("scenario", type=_input_arg, help="scenario TOML file (a plan the executor "
+                   "runs: pipeline and data parallelism)")
+    p.add_argument("--profile", required=True, help="profile directory or name to predict with")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value, TOML syntax (e.g. strategy.k=2)")
     p.add_argument("--out", type=folder_arg, help="directory for the table, figure and summary")
-    p.add_argument("--tolerance", type=float, default=0.10, help="relative error allowed")
+    p.add_argument("--tolerance", type=float, default=0.10, help="relative error of time and "
+                   "peak memory above which the exit code is 1 (default: 0.10, 10%%)")
     p = sub.add_parser("check", help="CI regression of predicted speedups")
     p.add_argument("file", type=lambda text: Path(_input_arg(text)))
     p.add_argument("--update", action="store_true", help="record the current predictions")
     p = sub.add_parser("workload", help="length distributions")
     wsub = p.add_subparsers(dest="workload_command", required=True)
     d = wsub.add_parser("describe", help="the papers' length table and a histogram")
-    d.add_argument("dataset")
-    d.add_argument("--max-length", type=int, default=0)
-    d.add_argument("--plot", type=_file_arg)
-    d.add_argument("--json", action="store_true")
+    d.add_argument("dataset", help="a built-in dataset name or a length file (.txt, .csv, "
+                   ".jsonl, .parquet)")
+    d.add_argument("--max-length", type=int, default=0,
+                   help="leave out sequences longer than this many tokens (default: 0, no limit)")
+    d.add_argument("--plot", type=_file_arg, help="write a histogram of the lengths (PNG)")
+    d.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = sub.add_parser("export", help="write the first batch's simulated schedule for a runtime")
     p.add_argument("scenario", type=_input_arg, help="scenario TOML file")
     p.add_argument("--format", required=True, help="torch-pipelining: the compute-only CSV that "

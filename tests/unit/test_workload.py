@@ -274,3 +274,18 @@ def test_bad_batching_names_the_key(value: object) -> None:
         w.validate()
     with pytest.raises(ConfigError, match=message):
         w.sample(seed=0)
+
+
+def test_workload_describe_names_its_own_argument(tmp_path, capsys) -> None:
+    """`ltsim workload describe` takes the dataset as an argument: a bad one is named 'dataset',
+    not the scenario key 'workload.dataset' the command has none of."""
+    from ltsim.cli import main
+
+    assert main(["workload", "describe", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "'dataset' must be a built-in dataset" in err and "workload.dataset" not in err
+    bad = tmp_path / "lengths.txt"
+    bad.write_text("12\nabc\n")
+    assert main(["workload", "describe", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "workload.dataset" not in err and str(bad) in err

@@ -271,7 +271,7 @@ CASES: tuple[Case, ...] = (
     Case("--executor", f"sweep {FIG6} --grid strategy.k=1,2 --executor dask://127.0.0.1:9",
          "--executor"),
     # -- workload describe -----------------------------------------------------------------------------
-    Case("workload describe", "workload describe lmsys", "workload.dataset"),
+    Case("workload describe", "workload describe lmsys", "'dataset'"),
     Case("workload describe", "workload describe {tmp}/none.txt", "none.txt"),
     Case("workload describe", "workload describe lmsys-chat-1m --max-length -5", "--max-length"),
     Case("workload describe", "workload describe {tmp}/l.txt", "l.txt",
