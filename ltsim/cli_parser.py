@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", type=_file_arg, help="SQLite results store (resumes an interrupted sweep)")
     p.add_argument("--plot", type=_file_arg, help="heatmap PNG over the first two grid keys (a line "
                    "chart with one key)")
-    p.add_argument("--top", type=int, default=20, help="rows to print")
+    p.add_argument("--top", type=int, help="rows to print, best first (default: 20 in the "
+                   "table, every row with --json)")
     p = sub.add_parser("profile", help="measure cost tables on this machine")
     _add_profile_args(p)
     p = sub.add_parser("validate", help="predict and measure a scenario, compare")

@@ -15,6 +15,9 @@ from ltsim.cli_progress import progress_bar
 from ltsim.errors import ConfigError
 
 
+TABLE_ROWS = 20  # the table's rows without --top (--json prints every row)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
     from ltsim.planner import (check_executor, check_one_kind_of_hardware, expand_grid, rank,
@@ -48,7 +51,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--db", "a file path, not an SQLite URI", str(args.db),
                           "give the file's path, e.g. --db out/sweep.sqlite")
     check_executor(args.executor)
-    if args.top < 1:
+    if args.top is not None and args.top < 1:
         raise ConfigError("--top", "a positive number of rows", args.top, "e.g. --top 20")
     check_output("--plot", args.plot)
     check_output("--db", args.db)
@@ -69,7 +72,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         rows = rank(run_sweep(scenario, points, executor=args.executor, store=store, progress=show,
                               on_stale=stale, on_reused=reused))
     keys = [spec.split("=", 1)[0].strip() for spec in args.grid]
-    print(to_json(rows) if args.json else format_sweep(rows, keys, top=args.top))
+    print(to_json(rows[:args.top]) if args.json
+          else format_sweep(rows, keys, top=args.top or TABLE_ROWS))
     rejected = [row for row in rows if "error" in row]
     if rows and len(rejected) == len(rows):  # nothing ran: the grid itself is wrong (no plot)
         first = rejected[0]["error"].splitlines()[0].split(". Fix: ")[0]

@@ -425,16 +425,19 @@ def _check_heads(model: ModelSpec, parallel: ParallelConfig) -> None:
     TP exceeds them, when each KV head is replicated over tp / num_kv_heads ranks); Ulysses CP then
     splits the heads left on each TP rank (DeepSpeed-Ulysses needs heads divisible by its degree)."""
     heads, kv, tp, cp = model.num_attention_heads, model.num_kv_heads, parallel.tp, parallel.cp
-    fix = "choose parallel.tp from {}".format
+    # the degrees both rules take (a fix listing another would be refused in turn)
+    takes = ", ".join(str(t) for t in range(1, heads + 1)
+                      if heads % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0))
+    fix = f"choose parallel.tp from {takes}"
     if heads % tp:
         raise ConfigError("parallel.tp", f"a divisor of model.num_attention_heads = {heads}", tp,
-                          fix(_divisors(heads)), context=f"{model.name} has {heads} query heads")
+                          fix, context=f"{model.name} has {heads} query heads")
     if tp <= kv and kv % tp:
         raise ConfigError("parallel.tp", f"a divisor of model.num_kv_heads = {kv} (tp <= KV heads)",
-                          tp, fix(_divisors(kv)), context=f"{model.name} has {kv} KV heads")
+                          tp, fix, context=f"{model.name} has {kv} KV heads")
     if tp > kv and tp % kv:
         raise ConfigError("parallel.tp", f"a multiple of model.num_kv_heads = {kv} when larger "
-                          "(each KV head is replicated)", tp, fix(_divisors(heads)),
+                          "(each KV head is replicated)", tp, fix,
                           context=f"{model.name} has {kv} KV heads")
     if parallel.cp_kind == "ulysses" and (heads // tp) % cp:
         raise ConfigError("parallel.cp", f"a divisor of the {heads // tp} heads per TP rank "

@@ -518,6 +518,18 @@ def test_sweep_plot_with_one_key_writes_a_line_chart(tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5_000
 
 
+def test_sweep_top_cuts_the_json_rows_too(capsys):
+    """--top N with --json printed every row (the flag was dropped unread); without --top the
+    JSON keeps every row and the table its first 20."""
+    import json
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2,3", "--top", "1", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["sweep", str(example), "--grid", "strategy.k=1,2,3", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
+
+
 def test_sweep_recomputes_when_the_length_file_changes(tmp_path, capsys):
     """The store keys a result by the scenario and by what it points at: the bytes of the length
     file (and the profile tables, and ltsim itself). An edited file is recomputed, and said so."""

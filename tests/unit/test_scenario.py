@@ -86,7 +86,7 @@ def test_override_uses_toml_syntax(tmp_path):
     # Qwen2.5-7B: 28 query heads, 4 KV heads
     (BASE.replace("pp = 4", "pp = 1\ntp = 8").replace("gpus_per_node = 4", "gpus_per_node = 8"),
      r"parallel\.tp must be a divisor of model\.num_attention_heads = 28 \(got 8\).*"
-     r"Fix: choose parallel\.tp from 1, 2, 4, 7, 14, 28"),
+     r"Fix: choose parallel\.tp from 1, 2, 4, 28"),
     (BASE.replace("pp = 4", "pp = 1\ntp = 14").replace("gpus_per_node = 4", "gpus_per_node = 14"),
      r"parallel\.tp must be a multiple of model\.num_kv_heads = 4 when larger"),
     (BASE.replace('preset = "qwen2.5-7b"', 'preset = "qwen2.5-7b"\nnum_kv_heads = 7')
@@ -263,6 +263,17 @@ def test_set_strategy_name_keeps_only_the_file_options_the_new_strategy_takes(ca
     assert main(["simulate", "scenarios/quickstart.toml", "--set", "strategy.name=megatron-1f1b",
                  "--set", "strategy.k=4"]) == 2
     assert "strategy.k" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tp, gpus", [(14, 14), (6, 6), (3, 3)])
+def test_a_refused_tp_is_fixed_with_degrees_both_head_rules_take(tp, gpus):
+    """Qwen2.5-7B (28 query heads, 4 KV heads) takes tp = 1, 2, 4 or 28: the fix listed the
+    divisors of 28 (7 and 14 among them, the first refused value itself) or of 4 (28 left out)."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario("scenarios/quickstart.toml", [f"hardware.gpus_per_node={gpus}",
+                                                    f"parallel.tp={tp}", "parallel.pp=1"])
+    assert info.value.key == "parallel.tp"
+    assert info.value.fix == "choose parallel.tp from 1, 2, 4, 28"
 
 
 def test_a_scenario_name_is_at_most_200_characters(tmp_path):
