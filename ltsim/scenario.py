@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ltsim.datasets import dataset_names
 from ltsim.errors import ConfigError, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
@@ -408,7 +409,11 @@ def _build(raw: dict[str, Any], source: str, per_replica: bool = False) -> Scena
 
 def resolve_dataset(dataset: str, source: str) -> str:
     """A relative length-file path is found beside the scenario file first, then from the working
-    directory; names of built-in datasets and other paths are returned unchanged."""
+    directory; names of built-in datasets and other paths are returned unchanged (a built-in name
+    is the built-in even with a file of that name beside the scenario, as in the working
+    directory: ``./NAME`` reaches the file)."""
+    if dataset.strip().lower() in dataset_names():
+        return dataset
     if source and not Path(dataset).is_absolute():
         beside = Path(source).parent / dataset
         if beside.is_file():

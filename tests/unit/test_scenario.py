@@ -319,3 +319,16 @@ def test_an_option_of_one_value_given_twice_is_refused(argv, flag, tmp_path, mon
     err = capsys.readouterr().err
     assert f"argument {flag}: given more than once (it takes one value)" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_builtin_dataset_name_is_not_shadowed_by_a_file_beside_the_scenario(tmp_path):
+    """A stray file named like a built-in dataset beside the scenario was read instead of the
+    built-in (and refused for its suffix); in the working directory it never was. ``./NAME``
+    reaches such a file."""
+    scenario = tmp_path / "qs.toml"
+    scenario.write_text((Path("scenarios/quickstart.toml")).read_text())
+    (tmp_path / "chunkflow-eval").write_text("100\n")
+    assert load_scenario(scenario).workload.dataset == "chunkflow-eval"
+    (tmp_path / "mine.txt").write_text("100\n")
+    assert load_scenario(scenario, ["workload.dataset='mine.txt'"]).workload.dataset == str(
+        tmp_path / "mine.txt")
