@@ -135,7 +135,7 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
         try:
             out.append(load_scenario(scenario, list(case.set)))
         except ConfigError as exc:  # say which case brought the scenario (and its set) in
-            raise _from_case(exc, path, i, key) from None
+            raise _from_case(exc, path, i, key, case.set) from None
     if out[0].cluster.device.is_unit != out[1].cluster.device.is_unit:  # units vs seconds
         kind = "the unit preset" if out[0].cluster.device.is_unit else "real hardware"
         raise ConfigError(f"case[{i}].candidate", f"a scenario on {kind}, as its baseline (a "
@@ -145,8 +145,23 @@ def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _from_case(exc: ConfigError, path: Path, i: int, key: str) -> ConfigError:
-    """``exc`` saying which case of the file (and which of its scenarios) brought it in."""
+def _from_case(exc: ConfigError, path: Path, i: int, key: str,
+               sets: tuple[str, ...] = ()) -> ConfigError:
+    """``exc`` saying which case of the file (and which of its scenarios) brought it in; a value
+    the case's ``set`` gave is the regression file's, not the scenario file's."""
+    if exc.key == "--set":  # the set list itself
+        return ConfigError(f"case[{i}].set", exc.rule, exc.value, exc.fix, source=str(path),
+                           context=exc.context)
+    given = set()
+    for text in sets:
+        try:
+            given.add(parse_override(text)[0])
+        except ConfigError:
+            pass
+    if exc.key in given:
+        where = f"given by case[{i}].set, on its {key}"
+        return ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=str(path),
+                           context=f"{exc.context}; {where}" if exc.context else where)
     where = f"from {path} case[{i}].{key}"
     return ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=exc.source,
                        context=f"{exc.context}; {where}" if exc.context else where)

@@ -24,6 +24,7 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
                               "remove the extra comma")
         name, *opts = item.split(":")
         name = name.strip().lower()  # names are case-insensitive (strategies.get_strategy)
+        _known(name, item, out)
         try:
             pairs = [parse_override(o) for o in opts]
         except ConfigError:
@@ -47,6 +48,21 @@ def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
                               text, f"remove the second {item}, or give it other options")
         out.append((name, dict(pairs)))
     return out
+
+
+def _known(name: str, item: str, before: list) -> None:
+    """Refuse an item that names no strategy, as --strategies' (a value after a comma, as in
+    ``chunkflow:k=1,2``, read as a strategy named "2")."""
+    from ltsim.strategies import get_strategy
+
+    try:
+        get_strategy(name)
+    except ConfigError as exc:
+        value_like = before and before[-1][1] and not name[:1].isalpha()
+        raise ConfigError("--strategies", exc.rule, item,
+                          "commas separate strategies and colons their options: give an option "
+                          "whose value holds a comma with --set" if value_like else exc.fix
+                          ) from None
 
 
 def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[str, Any]]] | None,

@@ -462,6 +462,21 @@ min_speedup = 0.5
     assert f"from {path} case[0].candidate" in err and len(err.strip().splitlines()) == 1
 
 
+def test_check_names_a_case_set_as_the_source_of_its_values(tmp_path, capsys):
+    """A bad value a case's set gives was blamed on the case's baseline scenario file."""
+    path = tmp_path / "r.toml"
+    case = (f'[[case]]\nname = "x"\nbaseline = "{REPO}/scenarios/examples/chunkflow-fig2-baseline.toml"'
+            f'\ncandidate = "{REPO}/scenarios/examples/chunkflow-fig6-cs2-k2.toml"\nmin_speedup = 0.5\n')
+    path.write_text(case + 'set = ["strategy.k=1", "strategy.k=2"]\n')
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} @ case[0].set must be each key once" in err and "baseline" not in err
+    path.write_text(case + 'set = ["parallel.pp=0"]\n')
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ltsim check: error: {path} @ parallel.pp") and "case[0].set" in err
+
+
 def test_grid_syntax_errors(capsys):
     example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
     assert main(["sweep", str(example), "--grid", "strategy.k"]) == 2
