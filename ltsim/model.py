@@ -115,7 +115,7 @@ class ModelSpec:
         # read for GPT only: on another arch it would change nothing but unmatch the profile's
         # catalog shapes (costs/eager.py), dropping their whole-op times
         if self.max_position_embeddings and self.arch != "gpt":
-            raise ConfigError("model.max_position_embeddings", "absent unless model.arch = "
+            raise ConfigError("model.max_position_embeddings", "absent (or 0) unless model.arch = "
                               f"\"gpt\" ({self.arch}'s rotary positions need no table)",
                               self.max_position_embeddings, "remove it")
         narrowest = min(self.kv_hidden_size, self.hidden_size, self.ffn_hidden_size)
