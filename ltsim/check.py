@@ -24,6 +24,7 @@ last case fails at once, naming the file and ``case[i].key``. ``--update`` rewri
 
 from __future__ import annotations
 
+import codecs
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -208,8 +209,14 @@ def write_speedups(path: Path, speedups: list[float]) -> None:
     document = tomlkit.parse(read_text_file(Path(path), "check", "regression TOML file"))
     for table, speedup in zip(document["case"], speedups, strict=True):
         table["expected_speedup"] = speedup
+    text = tomlkit.dumps(document)
     try:
-        write_text_atomically(path, tomlkit.dumps(document), encoding="utf-8")
+        original = Path(path).read_bytes()
+        if b"\r\n" in original:  # the file's line ends for the lines tomlkit adds too
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        if original.startswith(codecs.BOM_UTF8):  # (read_text_file drops it)
+            text = "\ufeff" + text
+        write_text_atomically(path, text, encoding="utf-8", newline="")
     except OSError as exc:  # the file keeps what it held
         raise ConfigError("check", "a writable regression file for --update", str(path),
                           "check its permissions and the free space (the file is unchanged)",

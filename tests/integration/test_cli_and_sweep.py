@@ -416,6 +416,19 @@ tolerance = 0.01
     assert "expected_speedup = 1.2174" in bad.read_text()
 
 
+def test_check_update_keeps_the_files_byte_order_mark_and_line_ends(tmp_path, capsys):
+    """--update on a CRLF file with a BOM dropped the BOM and added an LF-only line."""
+    path = tmp_path / "r.toml"
+    text = (f'# gate\n[[case]]\nname = "x"\nbaseline = "{REPO}/scenarios/examples/'
+            f'chunkflow-fig2-baseline.toml"\ncandidate = "{REPO}/scenarios/examples/'
+            'chunkflow-fig6-cs2-k2.toml"\nmin_speedup = 0.5\n')
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    assert main(["check", str(path), "--update"]) == 0
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf# gate\r\n") and b"expected_speedup" in data
+    assert data.count(b"\n") == data.count(b"\r\n")
+
+
 def test_check_update_still_fails_a_candidate_that_does_not_fit(tmp_path, capsys):
     """--update records the new speedup and drops only the drift from the old one: a candidate
     that does not fit still fails (exit 1), as it does without --update."""
