@@ -96,15 +96,19 @@ def available_profiles() -> list[str]:
 
 
 def resolve_profile(directory: str | Path) -> Path:
-    """A bare name ("h100-sxm5-80gb") is looked up in the repository's profiles/ first, then as a
-    path; a path is tried as given, then relative to the repository. Raises ProfileError."""
+    """A bare name ("h100-sxm5-80gb", "cpu-ci/") is looked up in the repository's profiles/ first,
+    then as a path, then among the bundled names in any case; a path is tried as given, then
+    relative to the repository. Raises ProfileError."""
     text = str(directory)
     if not text.strip():  # (PROFILES_DIR / "" is the folder of all profiles)
         raise ProfileError("a profile's name or path is empty. Fix: name one of "
                            f"{', '.join(available_profiles()) or 'none'}")
-    bare = "/" not in text and "\\" not in text
+    name = text.rstrip("/\\") or text  # a folder's name may end in a slash ("cpu-ci/")
+    bare = "/" not in name and "\\" not in name
     bundled = PROFILES_DIR.joinpath(*Path(text).parts[1:]) if text.startswith("profiles/") else None
-    candidates = ([PROFILES_DIR / text, Path(text)] if bare
+    # a bundled name in another case ("CPU-CI"), as model, dataset and strategy names
+    folded = [PROFILES_DIR / n for n in available_profiles() if n.lower() == name.lower()]
+    candidates = ([PROFILES_DIR / name, Path(text), *folded[:1]] if bare
                   else [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])])
     for path in candidates:
         try:

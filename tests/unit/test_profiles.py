@@ -581,3 +581,15 @@ def test_the_h200_preset_prices_with_the_measured_h100_tables():
         f"hardware.preset={preset}", "workload.num_batches=1"])).batches[0].iteration_time_s
         for preset in ("h100-sxm5-80gb", "h200")}
     assert times["h200"] <= times["h100-sxm5-80gb"] < 1.05 * times["h200"]  # collectives alone
+
+
+def test_a_bundled_profile_is_found_with_a_trailing_slash_or_in_another_case():
+    """hardware.profile = "cpu-ci/" (a folder's name) and "CPU-CI" were refused as unknown,
+    while model, dataset and strategy names are case-insensitive."""
+    from ltsim.profiles import PROFILES_DIR, resolve_profile
+
+    want = (PROFILES_DIR / "cpu-ci").resolve()
+    for text in ("cpu-ci", "cpu-ci/", "CPU-CI", "Cpu-Ci/", "profiles/cpu-ci/"):
+        assert resolve_profile(text) == want, text
+    with pytest.raises(ProfileError):
+        resolve_profile("nosuch/")
