@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ltsim.errors import ConfigError, check_one_line, unusable_path
-from ltsim.files import write_text_atomically
+from ltsim.files import read_input, write_text_atomically
 from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
 from ltsim.sim.metrics import speedup as throughput_speedup
 
@@ -203,19 +203,21 @@ def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None,
 
 def write_speedups(path: Path, speedups: list[float]) -> None:
     """Set each case's ``expected_speedup`` in place; every other byte of the file is kept
-    (comments, order, quoting of ``set`` overrides). A case without one gets it appended."""
+    (comments, order, quoting of ``set`` overrides, a byte order mark, CRLF line ends when every
+    line has them). A case without one gets it appended."""
     import tomlkit
 
-    document = tomlkit.parse(read_text_file(Path(path), "check", "regression TOML file"))
+    source = read_text_file(Path(path), "check", "regression TOML file")
+    bom = read_input(path, 2).startswith(codecs.BOM_UTF8)  # (which read_text_file drops)
+    document = tomlkit.parse(source)
     for table, speedup in zip(document["case"], speedups, strict=True):
         table["expected_speedup"] = speedup
     text = tomlkit.dumps(document)
+    if "\n" in source and source.count("\r\n") == source.count("\n"):  # the lines tomlkit adds
+        text = text.replace("\r\n", "\n").replace("\n", "\r\n")  # end as the file's do
+    if bom:
+        text = "\ufeff" + text
     try:
-        original = Path(path).read_bytes()
-        if b"\r\n" in original:  # the file's line ends for the lines tomlkit adds too
-            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
-        if original.startswith(codecs.BOM_UTF8):  # (read_text_file drops it)
-            text = "\ufeff" + text
         write_text_atomically(path, text, encoding="utf-8", newline="")
     except OSError as exc:  # the file keeps what it held
         raise ConfigError("check", "a writable regression file for --update", str(path),

@@ -39,17 +39,17 @@ def main(argv: list[str] | None = None) -> int:
         # print the version or the help, exit 0 and drop the rest
         fix = (f"run `ltsim {argv[1]} --help`" if argv[0] != "--version" and argv[1] in COMMANDS
                else f"run `ltsim {argv[0]}` alone")
-        error_line(f"ltsim: error: {argv[0]} takes no other arguments (got {' '.join(argv[1:])}). "
-               f"Fix: {fix}")
+        error_line(f"ltsim: error: {argv[0]} takes no other arguments (got "
+                   f"{' '.join(argv[1:])}). Fix: {fix}")
         return EXIT_BAD_INPUT
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # named by the command they were given to, as its own usage errors are
-        error_line(f"ltsim {args.command}: error: unrecognized arguments: {' '.join(unknown)}. Fix: see "
-               f"`ltsim {args.command} --help`")
+        error_line(f"ltsim {args.command}: error: unrecognized arguments: {' '.join(unknown)}. "
+                   f"Fix: see `ltsim {args.command} --help`")
         return EXIT_BAD_INPUT
     if sys.stdout is None:  # started with `>&-`: Python has no standard output at all
-        error_line(f"ltsim {args.command}: error: standard output must be open (got it closed). Fix: "
-               "send it to a file or to /dev/null")
+        error_line(f"ltsim {args.command}: error: standard output must be open (got it closed). "
+                   "Fix: send it to a file or to /dev/null")
         return EXIT_BAD_INPUT
     try:
         # a line when a long batch says nothing for a while (the profiler has its own lines)
@@ -74,13 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is None and exc.errno in _WRITE_ERRORS:  # standard output (or error)
             _drop_stdout()
             error_line(f"ltsim {args.command}: error: its output could not be written (got "
-                   f"{exc.strerror}). Fix: free space where standard output goes, or send it "
-                   "to another file")
+                       f"{exc.strerror}). Fix: free space where standard output goes, or send "
+                       "it to another file")
             return EXIT_BAD_INPUT
         if exc.filename is None:  # into ConfigErrors, this names any other and its reason
             raise
-        error_line(f"ltsim {args.command}: error: {str(exc.filename)!r} must be a usable path (got "
-               f"{exc.strerror or type(exc).__name__}). Fix: check the path and its permissions")
+        error_line(f"ltsim {args.command}: error: {str(exc.filename)!r} must be a usable path "
+                   f"(got {exc.strerror or type(exc).__name__}). Fix: check the path and its "
+                   "permissions")
         return EXIT_BAD_INPUT
 
 
@@ -134,7 +135,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     check_output("--trace", args.trace)
     check_output("--plot", args.plot)
-    check_distinct({"--trace": args.trace, "--plot": args.plot}, command_inputs(args.scenario, scenario))
+    check_distinct({"--trace": args.trace, "--plot": args.plot},
+                   command_inputs(args.scenario, scenario))
     sim = run(scenario, keep=bool(args.trace or args.plot),
               progress=batch_progress("simulate", scenario.strategy, time.perf_counter()))
     result = sim.result.to_dict()

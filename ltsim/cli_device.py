@@ -114,8 +114,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             if note:  # stays one line
                 error_line(note)
         if time.perf_counter() - started + iterations * predicted_s >= 2.0:
-            error_line(f"validate: running {iterations} iterations of the plan, each predicted to take "
-                   f"{predicted_s:.2f} s")
+            error_line(f"validate: running {iterations} iterations of the plan, each predicted "
+                       f"to take {predicted_s:.2f} s")
 
     validation = validate_scenario(scenario, announce=announce)
     title = f"{scenario.name}: {scenario.strategy}, predicted vs measured"

@@ -58,10 +58,12 @@ def _known(name: str, item: str, before: list) -> None:
     try:
         get_strategy(name)
     except ConfigError as exc:
-        value_like = before and before[-1][1] and not name[:1].isalpha()
+        # an option after a comma (chunkflow:k=1,2 or chunkflow:chunk_size=8192,k=2)
+        value_like = "=" in name or (before and before[-1][1] and not name[:1].isalpha())
         raise ConfigError("--strategies", exc.rule, item,
-                          "commas separate strategies and colons their options: give an option "
-                          "whose value holds a comma with --set" if value_like else exc.fix
+                          "commas separate strategies and colons their options (chunkflow:"
+                          "chunk_size=8192:k=2); give a value that holds a comma with --set"
+                          if value_like else exc.fix
                           ) from None
 
 

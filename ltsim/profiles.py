@@ -96,9 +96,10 @@ def available_profiles() -> list[str]:
 
 
 def resolve_profile(directory: str | Path) -> Path:
-    """A bare name ("h100-sxm5-80gb", "cpu-ci/") is looked up in the repository's profiles/ first,
-    then as a path, then among the bundled names in any case; a path is tried as given, then
-    relative to the repository. Raises ProfileError."""
+    """A bare name ("h100-sxm5-80gb") is looked up in the repository's profiles/ first, then as a
+    path, then among the bundled names in any case; one written as a folder ("cpu-ci/") is tried
+    as a path first; a path is tried as given, then relative to the repository. Raises
+    ProfileError."""
     text = str(directory)
     if not text.strip():  # (PROFILES_DIR / "" is the folder of all profiles)
         raise ProfileError("a profile's name or path is empty. Fix: name one of "
@@ -108,8 +109,12 @@ def resolve_profile(directory: str | Path) -> Path:
     bundled = PROFILES_DIR.joinpath(*Path(text).parts[1:]) if text.startswith("profiles/") else None
     # a bundled name in another case ("CPU-CI"), as model, dataset and strategy names
     folded = [PROFILES_DIR / n for n in available_profiles() if n.lower() == name.lower()]
-    candidates = ([PROFILES_DIR / name, Path(text), *folded[:1]] if bare
-                  else [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])])
+    if bare and name != text:  # written as a folder (as a shell completes one): a local first
+        candidates = [Path(text), PROFILES_DIR / name, *folded[:1]]
+    elif bare:
+        candidates = [PROFILES_DIR / name, Path(text), *folded[:1]]
+    else:
+        candidates = [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])]
     for path in candidates:
         try:
             if path.is_dir():

@@ -411,7 +411,7 @@ def resolve_dataset(dataset: str, source: str) -> str:
     """A relative length-file path is found beside the scenario file first, then from the working
     directory; names of built-in datasets and other paths are returned unchanged (a built-in name
     is the built-in even with a file of that name beside the scenario, as in the working
-    directory: ``./NAME`` reaches the file)."""
+    directory: a length file has a suffix, which no built-in name has)."""
     if dataset.strip().lower() in dataset_names():
         return dataset
     if source and not Path(dataset).is_absolute():

@@ -427,6 +427,11 @@ def test_check_update_keeps_the_files_byte_order_mark_and_line_ends(tmp_path, ca
     data = path.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf# gate\r\n") and b"expected_speedup" in data
     assert data.count(b"\n") == data.count(b"\r\n")
+    mixed = text.replace("\n", "\r\n", 1).encode()  # the first line CRLF, the others LF
+    path.write_bytes(mixed)
+    assert main(["check", str(path), "--update"]) == 0
+    data = path.read_bytes()
+    assert data.startswith(mixed[:-1]) and data.count(b"\r\n") == 1  # untouched lines kept
 
 
 def test_check_update_still_fails_a_candidate_that_does_not_fit(tmp_path, capsys):

@@ -168,3 +168,23 @@ def test_load_profile_uses_it(profile_dir, cache, monkeypatch):
     made = _parses(monkeypatch)
     assert profiles.load_profile(profile_dir).path == profile_dir.resolve()
     assert made == []
+
+
+def test_every_module_a_cached_profile_holds_objects_of_keys_the_cache():
+    """An edit to a module whose classes a cached Profile pickles must be a miss: collectives.py,
+    split from profiles.py, held the collective curves but was not among the sources, so an edit
+    to it served the stale curves (a review)."""
+    import io
+    import pickle
+
+    modules: set[str] = set()
+
+    class Recorder(pickle.Pickler):
+        def reducer_override(self, obj):
+            module = getattr(type(obj), "__module__", "")
+            if module.startswith("ltsim."):
+                modules.add(module.split(".")[-1] + ".py")
+            return NotImplemented
+
+    Recorder(io.BytesIO()).dump(Profile(PROFILES_DIR / "h100-sxm5-80gb"))
+    assert modules and modules <= set(profile_cache._SOURCES), modules - set(profile_cache._SOURCES)

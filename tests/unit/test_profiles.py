@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -182,8 +183,6 @@ def test_a_name_column_holding_numbers_or_blanks(tmp_path, table, column, value)
 def test_the_optional_tables_columns_are_checked(tmp_path, table, column, value, rule):
     """Each of these edits of the CPU profile was a traceback, a warning from numpy, or a silently
     different prediction (an op name the cost model never looks up: its rows ignored)."""
-    import shutil
-
     directory = tmp_path / "p"
     shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
     frame = read_table(directory, table)
@@ -593,3 +592,13 @@ def test_a_bundled_profile_is_found_with_a_trailing_slash_or_in_another_case():
         assert resolve_profile(text) == want, text
     with pytest.raises(ProfileError):
         resolve_profile("nosuch/")
+
+
+def test_a_local_profile_folder_written_with_a_slash_is_the_local_one(tmp_path, monkeypatch):
+    """``cpu-ci/`` (as a shell completes a folder) names the folder here, not the bundled one."""
+    from ltsim.profiles import resolve_profile
+
+    shutil.copytree(PROFILES_DIR / "cpu-ci", tmp_path / "cpu-ci")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_profile("cpu-ci/") == (tmp_path / "cpu-ci").resolve()
+    assert resolve_profile("cpu-ci") == (PROFILES_DIR / "cpu-ci").resolve()
