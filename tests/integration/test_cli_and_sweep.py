@@ -563,6 +563,19 @@ def test_sweep_top_cuts_the_json_rows_too(capsys):
     assert len(json.loads(capsys.readouterr().out)) == 3
 
 
+def test_sweep_grids_over_strategies(capsys):
+    """--grid strategy.name runs each strategy with the file's options it takes (the file's
+    ChunkFlow chunk_size and k were refused as Megatron's, each such point a rejected row)."""
+    import json
+
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", "strategy.name=megatron-1f1b,chunkflow",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["strategy.name"] for r in rows) == ["chunkflow", "megatron-1f1b"]
+    assert not any("error" in r for r in rows)
+
+
 def test_sweep_recomputes_when_the_length_file_changes(tmp_path, capsys):
     """The store keys a result by the scenario and by what it points at: the bytes of the length
     file (and the profile tables, and ltsim itself). An edited file is recomputed, and said so."""
