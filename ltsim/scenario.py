@@ -110,6 +110,10 @@ def read_text_file(path: Path, key: str, what: str) -> str:
     not UTF-8) is a ConfigError naming ``key`` and the file; the message never quotes the content."""
     try:
         if not path.exists():
+            if path.is_symlink():  # a link to nothing (or to a loop of links)
+                raise ConfigError(key, f"an existing {what}", str(path), "point the link at the "
+                                  "file, or give the file's own path",
+                                  context="a symbolic link whose target does not exist")
             raise ConfigError(key, f"an existing {what}", str(path),
                               f"check the path (relative paths start at {Path.cwd()})")
         if path.is_dir():

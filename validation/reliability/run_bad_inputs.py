@@ -371,6 +371,8 @@ CASES: tuple[Case, ...] = (
                      'dataset = "lmsys-chat-1m"\n[strategy]\nname = "megatron-1f1b"\n'),)),
     # -- files that would block their reader or writer (2026-11-24) ------------------------------------
     Case("scenario file", "simulate {tmp}/kernel.toml", "kernel.toml", (("kernel.toml", Link(KERNEL)),)),
+    Case("scenario file", "simulate {tmp}/gone.toml", "symbolic link",
+         (("gone.toml", Link("/nonexistent/scenario.toml")),)),
     Case("scenario file", "simulate {tmp}/pipe.toml", "pipe.toml", (("pipe.toml", FIFO),)),
     Case("profile tables", f"simulate {QS} --set hardware.profile={{tmp}}/p", "gemm.csv",
          (("p", Profile((("gemm.csv", None),))), ("p/gemm.csv", Link(KERNEL)))),
