@@ -4,8 +4,8 @@ gather; and the ZeRO / DP group a device's stage spans.
 
 - Megatron (ZeRO <= 1 or unsharded): one reduction at the step's end on the coll stream, started
   with the device's last backward (``overlap_grad_reduce``) or after its last op;
-- ZeRO-2 without a pipeline (DeepSpeed): a reduce-scatter every micro-step that the next one
-  waits for;
+- ZeRO-2/3 without a pipeline (DeepSpeed): a reduce-scatter every micro-step that the next one
+  waits for (with ``overlap_comm``, its last part after every rank's backward has ended);
 - ZeRO-2/3 in pipeline stages (FSDP): one after every backward;
 then the optimizer step and, with a distributed optimizer (ZeRO-1/2), the parameter all-gather
 (ZeRO-3 keeps its parameters sharded: its gathers are per op, ``lowering.add_zero3_gathers``).
@@ -61,16 +61,15 @@ def add_dp_reduction(draft: Draft) -> Draft:
         if sharded and single_stage:
             count = max(len(chunks_of.get(d.replica, ())) for d in devices if d.index in group)
             mine = chunks_of.get(device.replica, [])
-            if device.zero_stage == 2 and device.overlap_grad_reduce:  # no gathers to merge with
-                reduces = _per_step_reduction(draft, device, compute, mine, count,
-                                              _overlapped_parts(draft, device, gpus), group)
+            parts = (_overlapped_parts(draft, device, gpus) if device.overlap_grad_reduce
+                     else [("", grads, False)])
+            reduces = _per_step_reduction(draft, device, compute, mine, count, parts, group)
+            if device.zero_stage == 2:  # no gathers to merge with
                 coll += reduces
-            else:
-                reduces = _per_step_reduction(draft, device, compute, mine, count,
-                                              [("", grads, device.overlap_grad_reduce)], group)
-                if reduces:
-                    coll = _merge_by_trigger(draft, coll, reduces, compute, mine,
-                                             draft.rows(device.index, "cp"))
+            elif reduces:  # ZeRO-3's, among its parameter gathers (each part its micro-step's)
+                coll = _merge_by_trigger(draft, coll, reduces, compute,
+                                         [chunk for chunk in mine for _ in parts],
+                                         draft.rows(device.index, "cp"))
         elif sharded:  # sharded gradients in a pipeline
             spans = _backward_spans(draft, compute)
             count = max(len(_backward_spans(draft, draft.rows(d))) for d in group
@@ -201,7 +200,8 @@ def _per_step_reduction(draft: Draft, device: Device, compute: list[int], chunks
 
 def _overlapped_parts(draft: Draft, device: Device, gpus: tuple[int, int]
                       ) -> list[tuple[str, int, bool]]:
-    """ZeRO-2's per-micro-step reduce-scatter with DeepSpeed's ``overlap_comm``, in two parts:
+    """ZeRO-2's (and ZeRO-3's) per-micro-step reduce-scatter with DeepSpeed's ``overlap_comm``,
+    in two parts:
     the gradients of every layer but the stage's first, started with the micro-step's backward
     (``dp-grad-m``), then those its backward makes last, the first layer's and the embedding's
     (``dp-grad-m-last``), after that backward has ended. No reduction ends before every rank of

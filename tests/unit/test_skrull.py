@@ -228,18 +228,21 @@ def test_zero2_reduces_gradients_every_micro_step():
     assert any(dep.name == "dp-grad-0-last" for dep in second_forward.deps)
 
 
-def test_zero2_every_micro_step_waits_for_the_slowest_ranks_backward_to_end():
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_zero2_every_micro_step_waits_for_the_slowest_ranks_backward_to_end(zero_stage):
     # with overlap_comm the reduce-scatter started with the backward and the next micro-step
     # waited only for it: the rank of a short micro-step ran ahead while the other's long backward
     # ran (a review: 341 ms against 516 ms for all-long micro-steps). Its last part, the first
-    # layer's and embedding's gradients, comes after every rank's backward has ended
+    # layer's and embedding's gradients, comes after every rank's backward has ended. ZeRO-3
+    # reduces as ZeRO-2 does (a later review: it kept the one overlapped reduction, and so was
+    # predicted faster than ZeRO-2, 64 units against 96 here)
     from tests.conftest import unit_ctx, unit_engine
 
     strategy = get_strategy("deepspeed-cp")
     options = strategy.parse({"micro_batch_size": 1})
 
     def makespan(lengths):
-        plan = strategy.plan(lengths, unit_ctx(dp=2, zero_stage=2), options)
+        plan = strategy.plan(lengths, unit_ctx(dp=2, zero_stage=zero_stage), options)
         return unit_engine().run(plan).makespan_s
 
     assert makespan((16, 1, 1, 16)) == makespan((16, 16, 16, 16)) == 2 * 3 * 16
@@ -317,7 +320,7 @@ def test_zero3_keeps_its_parameters_sharded_after_the_step():
     ctx = dataclasses.replace(ctx, parallel=dataclasses.replace(ctx.parallel, zero_stage=3))
     plan = strategy.plan((8, 8, 8, 8), ctx, strategy.parse({"micro_batch_size": 1}))
     names = [op.name for op in plan.program(0, "coll").ops if op.name.startswith("dp")]
-    assert names == ["dp-grad-0", "dp-grad-1"]
+    assert names == ["dp-grad-0", "dp-grad-0-last", "dp-grad-1", "dp-grad-1-last"]
 
 
 def test_skrull_beats_deepspeed_on_a_paper_setting(repo):
