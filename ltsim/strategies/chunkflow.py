@@ -20,9 +20,12 @@ state (and its gradients) of the sequence.
 
 Memory effects per stage: a kept chunk's F keeps its activations (``act``, its K/V among them); a
 discarded one runs its F without autograd (Keep.KV), keeping only ``input`` (its stage input) and
-``kv`` (its K/V, unless it is the last chunk) until its R, which rebuilds ``act`` and releases
-``kv``; the group's first backward (chunk N-1) allocates ``kv_grad`` for chunks 0..N-2; each
-chunk's B frees its own buffers. The executor reads these keep policies from the plan.
+``kv`` (its K/V, unless it is the last chunk) until its B; its R rebuilds ``act``. The K/V stay
+to the chunk's own B: they are the leaves that hold its dK/dV (ltsim/executor/state.py). The
+group's first backward (chunk N-1) allocates ``kv_grad`` for chunks 0..N-2; each chunk's B frees
+its own buffers. The executor reads these keep policies from the plan. From R to B the stage
+input is counted beside the rebuilt activations, which hold it as their first layer's input: one
+chunk's stage input counted twice (docs/design-notes.md, Memory convention, known gaps).
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
 descending order). Like Megatron's 1F1B it keeps at most p - stage chunks in flight (warm-up of
