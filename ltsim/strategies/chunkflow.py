@@ -23,9 +23,9 @@ discarded one runs its F without autograd (Keep.KV), keeping only ``input`` (its
 ``kv`` (its K/V, unless it is the last chunk) until its B; its R rebuilds ``act``. The K/V stay
 to the chunk's own B: they are the leaves that hold its dK/dV (ltsim/executor/state.py). The
 group's first backward (chunk N-1) allocates ``kv_grad`` for chunks 0..N-2; each chunk's B frees
-its own buffers. The executor reads these keep policies from the plan. From R to B the stage
-input is counted beside the rebuilt activations, which hold it as their first layer's input: one
-chunk's stage input counted twice (docs/design-notes.md, Memory convention, known gaps).
+its own buffers, but ``input``, which its R frees: the rebuilt activations hold the stage input
+as their first layer's (one tensor in the executor). The executor reads these keep policies from
+the plan.
 
 State-aware 1F1B: each stage walks a forward list and a backward list (backwards of a group in
 descending order). Like Megatron's 1F1B it keeps at most p - stage chunks in flight (warm-up of
@@ -141,10 +141,10 @@ def group_actions(ids: list[int], k: int, keep: Keep
             # run without autograd: only the stage input and the K/V stay (one layer's working
             # set is transient and not modelled)
             f_item = [Action(OpKind.F, c, Keep.KV, allocs=mems("input", *state))]
-            redo = Action(OpKind.R, c, keep, allocs=mems("act"))
+            # the rebuilt activations hold the stage input as their first layer's (one tensor)
+            redo = Action(OpKind.R, c, keep, allocs=mems("act"), frees=mems("input"))
             bwd.append([redo, Action(OpKind.B, c, keep, allocs=grads,
-                                     frees=joined(mems("act", "input", *state), frees),
-                                     deps=deps)])
+                                     frees=joined(mems("act", *state), frees), deps=deps)])
         fwd.insert(0, f_item)
     return fwd, bwd
 

@@ -89,9 +89,10 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
     F: no autograd; keeps its K/V ("kv") if a later chunk attends to it, and its stage input
     ("input") if it will be re-forwarded. The first backward allocates the K/V gradients
     ("kv_grad") of every chunk before it, and keeps its own share of their concatenation (they
-    are views of it) until the sequence's last backward. R rebuilds the activations ("act"); B
-    frees them, the input, the chunk's own "kv" (the leaves holding its dK/dV: the executor's
-    state store keeps them to the producer's backward) and "kv_grad". The sequence's last backward
+    are views of it) until the sequence's last backward. R rebuilds the activations ("act") and
+    frees the input (they hold it as their first layer's); B frees them, the chunk's own "kv"
+    (the leaves holding its dK/dV: the executor's state store keeps them to the producer's
+    backward) and "kv_grad". The sequence's last backward
     (or, with nothing selected, its last forward) also frees the K/V and K/V gradients of the
     chunks that were not selected (SpaCO)."""
     n = len(ids)
@@ -117,9 +118,10 @@ def sequence_actions(ids: list[int], selected: frozenset[int] | set[int], keep: 
         last = rank == len(chosen) - 1
         pinned = (Mem("kv_grad", ids[top]),) if last and top > 0 else ()
         deps = (op_key(device, stage, OpKind.B, ids[chosen[len(chosen) - rank]]),) if rank else ()
-        bwd.append([Action(OpKind.R, c, keep, allocs=mems("act")),
+        # the rebuilt activations hold the stage input as their first layer's (one tensor)
+        bwd.append([Action(OpKind.R, c, keep, allocs=mems("act"), frees=mems("input")),
                     Action(OpKind.B, c, keep, allocs=grads, deps=deps,
-                           frees=mems("act", "input", *(("kv",) if i < n - 1 else ())) + own
+                           frees=mems("act", *(("kv",) if i < n - 1 else ())) + own
                            + (leftovers + pinned if last else ()))])
     return fwd, bwd
 

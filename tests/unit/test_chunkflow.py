@@ -181,3 +181,20 @@ def test_a_packing_search_out_of_budget_is_a_warning(monkeypatch):
                for w in spent.result.warnings)
     assert "notes" not in spent.result.strategy_options
     assert (len(found.plans[0].chunks), len(spent.plans[0].chunks)) == (3, 4)
+
+
+@pytest.mark.parametrize("name, options", [("chunkflow", {"chunk_size": 4, "k": 1}),
+                                           ("seco", {"chunk_size": 4})])
+def test_a_recompute_frees_the_stage_input_its_activations_hold(name, options):
+    """A re-forwarded chunk kept its stage input to its backward beside the rebuilt activations,
+    which hold it as their first layer's input (the executor keeps one tensor): one chunk's input
+    counted twice (a metamorphic review: 7.3 MB of the quickstart's K = 1 peak at 4K chunks)."""
+    strategy = get_strategy(name)
+    plan = strategy.plan((12,), unit_ctx(pp=2), strategy.parse(options))
+    for op in plan.program(0).ops:
+        kinds = {b.kind for b in op.frees}
+        if op.kind.value == "R":
+            assert "input" in kinds, op.token
+        if op.kind.value == "B" and any(o.kind.value == "R" and o.chunk == op.chunk
+                                        for o in plan.program(0).ops):
+            assert "input" not in kinds, op.token
