@@ -112,11 +112,17 @@ def _merge_by_trigger(draft: Draft, coll: list[int], reduces: list[int], compute
             for dep in deps[row]:
                 position.setdefault(dep, position[row])
     spans = {chunk: last for _, last, chunk in _backward_spans(draft, compute)}
+    # a micro-step the device has no backward in (SpaCO's chunks it does not back-propagate):
+    # its reduction joined after the device's own ops of that micro-step, not before its first
+    # gather (there the gathers queued behind it, and the device's first forward waited for the
+    # other ranks' backward: a review)
+    chunk_of = draft.col("chunk")
+    ends = dict(zip(chunk_of[ints(compute)].tolist(), range(len(compute)))) if compute else {}
     keyed = [(position.get(row, len(compute)), 0, i, row) for i, row in enumerate(coll)]
     index = {row: i for i, row in enumerate(compute)}
     key = -1.0  # reductions keep their order m (every member of the group runs them in one order);
-    for m, row in enumerate(reduces):  # one the device sits out goes with the one before it
-        last = spans.get(chunks[m]) if m < len(chunks) else None
+    for m, row in enumerate(reduces):  # one past the device's micro-steps goes with the one before
+        last = (spans.get(chunks[m], ends.get(chunks[m])) if m < len(chunks) else None)
         key = max(key, last + 1.5 if last is not None else key)
         # and after the gather of every compute op it waits for (a reduction joined after the
         # device's last op, which SpaCO's forward-only chunks can follow the last backward with)

@@ -174,3 +174,22 @@ def test_spaco_worst_draw_peaks_above_every_random_draw():
         every_plan, every = peak(**maxlen_options(strategy.parse({"sampling": "bernoulli"}))[0])
         assert sorted(every_plan.grad_chunks) == ids
         assert every >= max(peak(seed=seed, sampling="bernoulli")[1] for seed in range(6))
+
+
+def test_a_zero3_reduction_a_rank_sits_out_does_not_hold_its_first_gather():
+    """SpaCO's rank without a backward in a micro-step joins that micro-step's ZeRO-3 reduction
+    idle: placed before its first parameter gather, the gather waited behind it, and the rank's
+    first forward waited for the other ranks' backward (64 units here; a review). It joins after
+    its own ops of the micro-step instead, and with free communication ZeRO-3 is never faster
+    than ZeRO-2."""
+    from tests.conftest import unit_ctx, unit_engine
+
+    spaco = get_strategy("spaco")
+    options = spaco.parse({"chunk_size": 16, "budget": 1, "sampling": "worst"})
+    lengths = (40, 3, 8, 16, 8)
+    trace = unit_engine().run(spaco.plan(lengths, unit_ctx(dp=4, zero_stage=3), options))
+    for device in range(4):
+        assert min(e.start_s for e in trace.events
+                   if e.device == device and e.stream == "compute") == 0.0
+    zero2 = unit_engine().run(spaco.plan(lengths, unit_ctx(dp=4, zero_stage=2), options))
+    assert trace.makespan_s >= zero2.makespan_s
