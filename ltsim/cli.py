@@ -183,10 +183,12 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     from ltsim.report import format_maxlen
 
     if not args.workload:  # one sequence per replica replaces the scenario's [workload]
-        ignored = next((o for o in args.set or [] if o.strip().startswith("workload.")), None)
+        ignored = next((o for o in args.set or [] if o.strip().startswith("workload.")
+                        or o.split("=", 1)[0].strip() == "seed"), None)
         if ignored is not None:
-            raise ConfigError("--set", "no workload.* key without --workload (maxlen searches "
-                              "one sequence per replica, not the scenario's workload)", ignored,
+            raise ConfigError("--set", "no workload.* key nor seed without --workload (maxlen "
+                              "searches one sequence per replica, not the scenario's workload, "
+                              "and draws nothing)", ignored,
                               "drop it, or add --workload to scale the workload's lengths")
     else:  # the search sets the cap itself, and truncates what it cuts
         ignored = next((o for o in args.set or [] if o.strip().split("=", 1)[0].strip()

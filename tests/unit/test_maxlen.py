@@ -114,7 +114,9 @@ def test_command_line_json_and_table(capsys):
 
 @pytest.mark.parametrize("flags,key", [(["--step", "0"], "--step"),
                                        (["--max-length", "10"], "--max-length"),
-                                       (["--strategies", "nope"], "--strategies")])
+                                       (["--strategies", "nope"], "--strategies"),
+                                       # a seed draws nothing for one sequence per replica
+                                       (["--set", "seed=5"], "--set")])
 def test_bad_flags_exit_2_with_one_line(capsys, flags, key):
     assert main(["maxlen", str(QUICKSTART), *flags]) == 2
     err = capsys.readouterr().err
