@@ -107,12 +107,10 @@ def resolve_profile(directory: str | Path) -> Path:
     name = text.rstrip("/\\") or text  # a folder's name may end in a slash ("cpu-ci/")
     bare = "/" not in name and "\\" not in name
     bundled = PROFILES_DIR.joinpath(*Path(text).parts[1:]) if text.startswith("profiles/") else None
-    # a bundled name in another case ("CPU-CI"), as model, dataset and strategy names
-    folded = [PROFILES_DIR / n for n in available_profiles() if n.lower() == name.lower()]
     if bare and name != text:  # written as a folder (as a shell completes one): a local first
-        candidates = [Path(text), PROFILES_DIR / name, *folded[:1]]
+        candidates = [Path(text), PROFILES_DIR / name]
     elif bare:
-        candidates = [PROFILES_DIR / name, Path(text), *folded[:1]]
+        candidates = [PROFILES_DIR / name, Path(text)]
     else:
         candidates = [Path(text), PROFILES_DIR.parent / text, *([bundled] if bundled else [])]
     for path in candidates:
@@ -121,6 +119,10 @@ def resolve_profile(directory: str | Path) -> Path:
                 return path.resolve()
         except OSError:  # a path the system refuses (too long, ...): not a profile
             continue
+    if bare:  # a bundled name in another case ("CPU-CI"), as model, dataset and strategy names
+        for other in available_profiles():
+            if other.lower() == name.lower():
+                return (PROFILES_DIR / other).resolve()
     raise ProfileError(f"unknown profile '{text}' (not a directory). Available in {PROFILES_DIR}: "
                        f"{', '.join(available_profiles()) or 'none'}. Fix: use one of these names "
                        "or the path of a directory written by `ltsim profile`")
