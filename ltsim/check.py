@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 from ltsim.errors import ConfigError, check_one_line, unusable_path
 from ltsim.files import read_input, write_text_atomically
-from ltsim.scenario import load_scenario, parse_override, read_text_file, read_toml_file
+from ltsim.overrides import parse_override
+from ltsim.scenario import load_scenario, read_text_file, read_toml_file
 from ltsim.sim.metrics import speedup as throughput_speedup
 
 _KEYS = {"name", "baseline", "candidate", "min_speedup", "expected_speedup", "tolerance", "set"}
@@ -153,13 +154,7 @@ def _from_case(exc: ConfigError, path: Path, i: int, key: str,
     if exc.key == "--set":  # the set list itself
         return ConfigError(f"case[{i}].set", exc.rule, exc.value, exc.fix, source=str(path),
                            context=exc.context)
-    given = set()
-    for text in sets:
-        try:
-            given.add(parse_override(text)[0])
-        except ConfigError:
-            pass
-    if exc.key in given:
+    if exc.key in {parse_override(text)[0] for text in sets}:  # (each parsed when read)
         where = f"given by case[{i}].set, on its {key}"
         return ConfigError(exc.key, exc.rule, exc.value, exc.fix, source=str(path),
                            context=f"{exc.context}; {where}" if exc.context else where)

@@ -64,7 +64,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """0 within the tolerance, 1 outside (2, bad input, is main's ConfigError)."""
     from ltsim.errors import ProfileError
     from ltsim.profiles import available_profiles, load_profile, resolve_profile
-    from ltsim.scenario import load_scenario, parse_override
+    from ltsim.overrides import parse_override
+    from ltsim.scenario import load_scenario
     from ltsim.validate import (OUTPUT_FILES, require_real_device, same_kind_of_device,
                                 summary_text, validate_scenario, write_outputs)
 

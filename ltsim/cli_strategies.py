@@ -11,7 +11,7 @@ from ltsim.errors import ConfigError
 def parse_strategy_list(text: str | None) -> list[tuple[str, dict[str, Any]]]:
     """``"megatron-1f1b,chunkflow:chunk_size=8192:k=4"`` -> [(name, overrides), ...]. An empty
     item or an option given twice is refused rather than dropped."""
-    from ltsim.scenario import parse_override
+    from ltsim.overrides import parse_override
 
     items = [s.strip() for s in (text or "").split(",")]
     if not any(items):
@@ -74,7 +74,8 @@ def load_base(path: str, sets: list[str] | None, listed: list[tuple[str, dict[st
     strategy but must be an option one of the listed strategies takes without giving its own
     value (it was refused when the file's strategy did not take it, and dropped unread when none
     of the listed did, or each that did gave its own)."""
-    from ltsim.scenario import apply_overrides, load_scenario, parse_override
+    from ltsim.overrides import apply_overrides, parse_override
+    from ltsim.scenario import load_scenario
 
     sets = list(sets or [])
     ours = [parse_override(t)[0].startswith("strategy.") for t in sets] if listed else []
@@ -136,12 +137,9 @@ def one_run_each(runs: list[tuple[str, Any]], text: str) -> None:
 def shared_options(options: dict[str, Any], name: str) -> dict[str, Any]:
     """The scenario's strategy options that strategy ``name`` also takes (e.g. skrull's
     bucket_size for deepspeed-cp), so a comparison runs both on the same footing."""
-    from ltsim.scenario import strategy_option_names
-    from ltsim.strategies import get_strategy
+    from ltsim.overrides import strategy_option_names
 
     accepted = strategy_option_names(name)
-    if accepted is None:
-        get_strategy(name)  # (raises: the unknown name, with the known ones)
     return {k: v for k, v in options.items() if k in accepted and k != "name"}
 
 

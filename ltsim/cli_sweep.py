@@ -23,7 +23,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ltsim.planner import (check_executor, check_one_kind_of_hardware, expand_grid, rank,
                                run_sweep)
     from ltsim.report import format_sweep, to_json
-    from ltsim.scenario import WORKLOAD_SOURCES, load_scenario
+    from ltsim.overrides import WORKLOAD_SOURCES
+    from ltsim.scenario import load_scenario
     from ltsim.sweepstore import SweepStore
 
     # every input before any work: scenario, grid, executor, --top, outputs, store, profile

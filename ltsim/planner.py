@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable
 
 from ltsim.errors import ConfigError, LtsimError
 from ltsim.hardware import PRESETS
-from ltsim.scenario import Scenario, apply_overrides, build_scenario, check_override_key, parse_override
+from ltsim.overrides import apply_overrides, parse_override
+from ltsim.scenario import Scenario, build_scenario, check_override_key
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
 # 9-41 minutes at the 2,466-11,344 plans per minute measured on a 2-core machine

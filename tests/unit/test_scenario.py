@@ -8,7 +8,8 @@ import pytest
 
 from ltsim.cli import main
 from ltsim.errors import ConfigError
-from ltsim.scenario import load_scenario, parse_override
+from ltsim.overrides import parse_override
+from ltsim.scenario import load_scenario
 
 BASE = """
 name = "t"
@@ -237,7 +238,7 @@ def test_bundled_scenarios_are_found_by_their_repository_path(tmp_path, monkeypa
 def test_set_lengths_replaces_the_dataset_draw_and_its_batch_size():
     """--set workload.lengths=[...] on a dataset scenario (DESIGN.md's own example) runs those
     lengths as the batch: the file's global_batch_size, the dataset draw's size, goes with it."""
-    from ltsim.scenario import apply_overrides
+    from ltsim.overrides import apply_overrides
 
     raw = {"workload": {"dataset": "lmsys-chat-1m", "global_batch_size": 256, "num_batches": 2}}
     merged = apply_overrides(raw, ["workload.lengths=[4,2,1,1]"])
