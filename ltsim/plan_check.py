@@ -286,6 +286,22 @@ def _unbalanced_rows(table: OpTable):
     return None
 
 
+def _once_each(table: OpTable, rows: np.ndarray, n_alloc: np.ndarray, n_free: np.ndarray) -> bool:
+    """Whether every (device, buffer) pair is allocated once and freed once: the plans the
+    strategies build, for which no rule of ``_unbalanced_arrays`` can fail (one allocation per
+    device is one per program; every freed pair is allocated; every balance is zero), found
+    with two sorts rather than its ordered pass over the events."""
+    (_, alloc_first, alloc_flat), (_, free_first, free_flat) = (table.effects("allocs"),
+                                                                table.effects("frees"))
+    device = _positions(table)["device"]
+    width = len(table.buffers) + 1
+    allocs = np.sort(np.repeat(device, n_alloc) * width
+                     + alloc_flat[_gather(alloc_first[rows], n_alloc)])
+    frees = np.sort(np.repeat(device, n_free) * width
+                    + free_flat[_gather(free_first[rows], n_free)])
+    return bool((allocs[1:] != allocs[:-1]).all()) and np.array_equal(allocs, frees)
+
+
 def _unbalanced_arrays(table: OpTable):
     """``_check_buffers`` over arrays."""
     rows = table.order()
@@ -294,6 +310,8 @@ def _unbalanced_arrays(table: OpTable):
         table.effects("allocs"), table.effects("frees"))
     n_alloc, n_free = alloc_counts[rows], free_counts[rows]
     if not (n_alloc.any() or n_free.any()):
+        return None
+    if _once_each(table, rows, n_alloc, n_free):
         return None
     # the events of every op in program order: its allocations, then its frees
     events = n_alloc + n_free

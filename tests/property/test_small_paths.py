@@ -176,3 +176,18 @@ def test_both_ways_defer_the_same_context_gradients(recompute, cp):
     sizes = np.array([cost.buffer_bytes(b) for b in plan.table.buffers], dtype=np.int64)
     rows, arrays = _both(lambda: layerwise_deferrals(plan.table, sizes))
     assert rows == arrays and rows
+
+
+def test_a_valid_plan_passes_the_buffer_check_by_counts_alone():
+    """The buffer rule's shortcut (every (device, buffer) pair allocated once and freed once)
+    holds for a strategy's plan, and fails for one that leaks a buffer, which the ordered pass
+    then reports."""
+    from ltsim.plan_check import _once_each
+
+    def counts(plan):
+        table = plan.table
+        rows = table.order()
+        return (table, rows, table.effects("allocs")[0][rows], table.effects("frees")[0][rows])
+
+    assert _once_each(*counts(_megatron()))
+    assert not _once_each(*counts(_edit(_megatron(), "s0B1", frees=())))
