@@ -204,7 +204,7 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
     predicted = sim.result.batches[0]
     if device == "cpu":
         _fits_this_host(sum(predicted.peak_memory_bytes_per_device)
-                        + sum(predicted.peak_host_memory_bytes_per_device))
+                        + sum(predicted.peak_host_memory_bytes_per_device), plan.num_devices)
     iterations = warmup + repeats
     if iterations * predicted.iteration_time_s > MAX_EXECUTION_S:
         raise ConfigError("scenario", f"a plan the executor runs {iterations} times within "
@@ -245,17 +245,28 @@ def _convention_gaps(plan) -> tuple[str, ...]:
 MAX_EXECUTION_S = 3600.0  # what validate may run for; a longer plan is a mistake, not a check
 
 
-def _fits_this_host(needed: int) -> None:
+# What one executor process holds before its plan: torch, torch.distributed and the worker
+# imported (`/usr/bin/time -v python -c "import torch, torch.distributed,
+# ltsim.executor.worker"`: 224,672 kB maximum resident, torch 2.13.0 CPU, 2026-11-29)
+WORKER_BASE_BYTES = 224_672 * 1024
+
+
+def _fits_this_host(needed: int, workers: int) -> None:
     """The CPU executor's processes share this machine's memory: a plan predicted to need more
-    than it has would swap or be killed after minutes (an 8B model in fp32 on CPU)."""
+    than it has (with each of its ``workers`` processes' own torch) would swap or be killed after
+    minutes (an 8B model in fp32 on CPU; 1024 simulated devices, one process each)."""
     from ltsim.profiler.environment import host_memory_bytes
 
     have = host_memory_bytes()  # 0 where unknown: nothing to compare with
-    if have and needed > have:
+    base = workers * WORKER_BASE_BYTES
+    if have and needed + base > have:
         raise ConfigError("hardware.preset", f"a plan that fits this machine's {have / 2**30:.1f} "
-                          "GiB of memory (the CPU executor runs every device here)",
-                          f"{needed / 2**30:.1f} GiB predicted", "use a smaller model, shorter "
-                          "sequences or fewer devices (--set model.preset=llama-tiny)")
+                          "GiB of memory (the CPU executor runs every device here, one process "
+                          f"each of about {WORKER_BASE_BYTES / 2**20:.0f} MiB before its plan)",
+                          f"{(needed + base) / 2**30:.1f} GiB for {workers} devices "
+                          f"({needed / 2**30:.1f} GiB predicted for the plan)",
+                          "use a smaller model, shorter sequences or fewer devices (parallel.pp, "
+                          "parallel.dp; --set model.preset=llama-tiny)")
 
 
 def format_rows(rows: tuple[Row, ...]) -> list[list[str]]:

@@ -18,3 +18,18 @@ def test_a_whole_stage_full_recompute_is_flagged():
     gaps = _convention_gaps(_plan("full"))
     assert len(gaps) == 1 and "recomputes 28 layers at once" in gaps[0]
     assert _convention_gaps(_plan("selective")) == ()
+
+
+def test_each_executor_process_counts_against_the_host(monkeypatch):
+    """A fuzzing review: 1,024 simulated devices started one torch process each on a 23 GiB
+    machine, past a minute; each process's own torch (WORKER_BASE_BYTES) is now counted."""
+    import pytest
+
+    import ltsim.profiler.environment as environment
+    from ltsim.errors import ConfigError
+    from ltsim.validate import WORKER_BASE_BYTES, _fits_this_host
+
+    monkeypatch.setattr(environment, "host_memory_bytes", lambda: 100 * WORKER_BASE_BYTES)
+    _fits_this_host(10 * WORKER_BASE_BYTES, 90)
+    with pytest.raises(ConfigError, match="for 91 devices"):
+        _fits_this_host(10 * WORKER_BASE_BYTES, 91)
