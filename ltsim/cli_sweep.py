@@ -12,7 +12,7 @@ from typing import Any
 from ltsim.cli_parser import EXIT_OK
 from ltsim.cli_paths import check_distinct, check_output, command_inputs, written
 from ltsim.cli_progress import progress_bar
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, LtsimError
 
 
 TABLE_ROWS = 20  # the table's rows without --top (--json prints every row)
@@ -76,7 +76,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(to_json(rows[:args.top]) if args.json
           else format_sweep(rows, keys, top=args.top or TABLE_ROWS))
     rejected = [row for row in rows if "error" in row]
-    if rows and len(rejected) == len(rows):  # nothing ran: the grid itself is wrong (no plot)
+    if rows and len(rejected) == len(rows):  # nothing ran (no plot)
+        errors = {row["error"] for row in rejected}
+        if len(errors) == 1 and not any(f"--grid {key}" in next(iter(errors)) for key in keys):
+            raise LtsimError(next(iter(errors)))  # one problem, not the grid's: its own fix
         first = rejected[0]["error"].splitlines()[0].split(". Fix: ")[0]
         raise ConfigError("--grid", "a grid with at least one point that runs",
                           f"{len(rows)} of {len(rows)} rejected", "correct the grid's values",

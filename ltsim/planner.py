@@ -108,6 +108,8 @@ def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) 
     row: dict[str, Any] = dict(overrides)
     try:
         result = simulate(build_scenario(apply_overrides(raw, overrides), source=source)).to_dict()
+    except ConfigError as exc:
+        return {**row, "error": str(_from_grid(exc, overrides)), "fits": False}
     except LtsimError as exc:
         return {**row, "error": str(exc), "fits": False}
     except (ArithmeticError, LookupError, TypeError, ValueError, MemoryError) as exc:
@@ -119,6 +121,23 @@ def evaluate_point(raw: dict[str, Any], source: str, overrides: dict[str, Any]) 
     if result.get("unit_costs"):  # the unit preset: the table prints units, not s and B
         row["unit_costs"] = True
     return row
+
+
+def _from_grid(exc: ConfigError, overrides: dict[str, Any]) -> ConfigError:
+    """``exc`` saying so when the key it names is one of the point's grid keys (the value is the
+    grid's, not the file's); a strategy option the gridded strategy does not take gets the fix
+    of comparing the strategies, each with its own options."""
+    if exc.key not in overrides:
+        return exc
+    where = f"given by --grid {exc.key}"
+    fix = exc.fix
+    if "strategy.name" in overrides and exc.key.startswith("strategy.") and "an option of" in exc.rule:
+        option = exc.key.removeprefix("strategy.")
+        fix = (f"sweep {exc.key} over the strategies that take it, or compare strategies each "
+               f"with its own options (ltsim compare {exc.source or 'FILE'} --strategies "
+               f"{overrides['strategy.name']},NAME:{option}=VALUE)")
+    return ConfigError(exc.key, exc.rule, exc.value, fix, source=exc.source,
+                       context=f"{exc.context}; {where}" if exc.context else where)
 
 
 # HOST:PORT (tcp is implied), or any address with its own scheme (tls://, inproc://, ...)

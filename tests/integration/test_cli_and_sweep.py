@@ -576,6 +576,33 @@ def test_sweep_grids_over_strategies(capsys):
     assert not any("error" in r for r in rows)
 
 
+def test_a_grid_option_a_strategy_lacks_is_named_as_the_grids(capsys):
+    """A fuzzing review: with strategy.name and strategy.k both gridded, Megatron's rows blamed
+    the scenario file for k ("remove it") and the fix could not be followed."""
+    example = REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml"
+    assert main(["sweep", str(example), "--grid", "strategy.name=chunkflow,megatron-1f1b",
+                 "--grid", "strategy.k=1,2", "--json"]) == 0
+    errors = [r["error"] for r in json.loads(capsys.readouterr().out) if "error" in r]
+    assert len(errors) == 2
+    assert all("given by --grid strategy.k" in e and "ltsim compare" in e for e in errors)
+
+
+def test_a_sweep_whose_points_all_fail_alike_gives_that_problems_fix(tmp_path, capsys):
+    """Every point rejected for one reason that is not the grid's (a profile without
+    collectives.csv) is that reason, with its own fix, not "correct the grid's values"."""
+    import shutil
+
+    profile = tmp_path / "p"
+    shutil.copytree(REPO / "profiles/h100-sxm5-80gb", profile)
+    (profile / "collectives.csv").unlink()
+    assert main(["sweep", str(REPO / "scenarios/quickstart.toml"), "--set",
+                 f'hardware.profile="{profile}"', "--grid", "strategy.k=1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "has no collectives.csv" in err and "correct the grid" not in err
+    assert main(["sweep", str(REPO / "scenarios/quickstart.toml"), "--grid", "strategy.k=0"]) == 2
+    assert "at least one point that runs" in capsys.readouterr().err
+
+
 def test_sweep_recomputes_when_the_length_file_changes(tmp_path, capsys):
     """The store keys a result by the scenario and by what it points at: the bytes of the length
     file (and the profile tables, and ltsim itself). An edited file is recomputed, and said so."""
