@@ -204,6 +204,12 @@ def build_scenario(raw: dict[str, Any], *, source: str = "", per_replica: bool =
 
 
 def _check_keys(raw: dict[str, Any]) -> None:
+    if raw and not any(key in SECTIONS or key in SCHEMA[""] for key in raw):
+        # another TOML file: its keys are its content, so none is quoted
+        raise ConfigError("scenario", "a scenario file (name, then [model], [hardware], "
+                          "[parallel], [workload] and [strategy] tables)",
+                          f"{len(raw)} top-level keys or tables, none of a scenario's",
+                          "point at a scenario file, e.g. scenarios/quickstart.toml")
     for key, value in raw.items():
         if key in SECTIONS and not isinstance(value, dict):
             raise ConfigError(key, f"a [{key}] table", type(value).__name__,

@@ -333,3 +333,13 @@ def test_a_builtin_dataset_name_is_not_shadowed_by_a_file_beside_the_scenario(tm
     (tmp_path / "mine.txt").write_text("100\n")
     assert load_scenario(scenario, ["workload.dataset='mine.txt'"]).workload.dataset == str(
         tmp_path / "mine.txt")
+
+
+def test_a_toml_file_that_is_not_a_scenario_is_not_quoted(tmp_path):
+    """A fuzzing review: another TOML file's first key or section name was quoted back (its
+    content); with no key or table of a scenario it is called what it is."""
+    path = tmp_path / "other.toml"
+    path.write_text('AWS_SECRET_ACCESS_KEY = "x"\n[SECRET-do-not-echo-7f3a]\ny = 1\n')
+    with pytest.raises(ConfigError, match="other.toml @ scenario must be a scenario file") as info:
+        load_scenario(path)
+    assert "SECRET" not in str(info.value)
