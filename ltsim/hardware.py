@@ -28,6 +28,7 @@ class DeviceSpec:
     host_dram_bytes_per_s: float = 0.0  # the host's memory bandwidth per GPU (CPU optimizer steps)
     synchronous: bool = False  # kernels run on the host thread (a CPU): host work adds to them
     is_unit: bool = False
+    chip: str = ""  # the GPU as a profile's meta.json names it ("H100"): another is noted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,32 +83,34 @@ class ClusterSpec:
 # 200 GB/s per direction); "400 Gb/s InfiniBand" read as one 400 Gb/s link per 8-GPU node
 # (50 GB/s, 6.25 GB/s per GPU); host side as DGX A100. Profile: profiles/build_a800.py.
 PRESETS: dict[str, DeviceSpec] = {
-    "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", memory_bytes=80 * GiB,
+    "a100-sxm4-80gb": DeviceSpec(name="a100-sxm4-80gb", chip="A100", memory_bytes=80 * GiB,
                                  peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=2.039e12,
                                  intra_link_bytes_per_s=300 * GB, inter_link_bytes_per_s=25 * GB,
                                  profile="a100-sxm4-80gb", host_memory_bytes=1000 * GB / 8,
                                  host_link_bytes_per_s=32 * GB,
                                  host_dram_bytes_per_s=16 * 25.6 * GB / 8),
-    "a800-40gb": DeviceSpec(name="a800-40gb", memory_bytes=40 * GiB,
+    "a800-40gb": DeviceSpec(name="a800-40gb", chip="A800", memory_bytes=40 * GiB,
                             peak_flops_per_s=312 * TFLOPS, hbm_bytes_per_s=1.555e12,
                             intra_link_bytes_per_s=200 * GB, inter_link_bytes_per_s=50 * GB / 8,
                             profile="a800-40gb", host_memory_bytes=1000 * GB / 8,
                             host_link_bytes_per_s=32 * GB,
                             host_dram_bytes_per_s=16 * 25.6 * GB / 8),
-    "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", memory_bytes=80 * GiB,
+    "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", chip="H100", memory_bytes=80 * GiB,
                                  peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
                                  intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
                                  profile="h100-sxm5-80gb", host_memory_bytes=2000 * GB / 8,
                                  host_link_bytes_per_s=64 * GB,
                                  host_dram_bytes_per_s=16 * 38.4 * GB / 8),
-    "h200": DeviceSpec(name="h200", memory_bytes=141 * GB, peak_flops_per_s=989 * TFLOPS,
-                       hbm_bytes_per_s=4.8e12, intra_link_bytes_per_s=450 * GB,
-                       inter_link_bytes_per_s=50 * GB, profile="h200",
+    "h200": DeviceSpec(name="h200", chip="H200", memory_bytes=141 * GB,
+                       peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=4.8e12,
+                       intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
+                       profile="h200",
                        host_memory_bytes=2000 * GB / 8, host_link_bytes_per_s=64 * GB,
                        host_dram_bytes_per_s=16 * 38.4 * GB / 8),
-    "rtx-3090": DeviceSpec(name="rtx-3090", memory_bytes=24 * GiB, peak_flops_per_s=71 * TFLOPS,
-                           hbm_bytes_per_s=936 * GB, intra_link_bytes_per_s=32 * GB,
-                           inter_link_bytes_per_s=12.5 * GB, profile="rtx-3090",
+    "rtx-3090": DeviceSpec(name="rtx-3090", chip="3090", memory_bytes=24 * GiB,
+                           peak_flops_per_s=71 * TFLOPS, hbm_bytes_per_s=936 * GB,
+                           intra_link_bytes_per_s=32 * GB, inter_link_bytes_per_s=12.5 * GB,
+                           profile="rtx-3090",
                            host_memory_bytes=64 * GB, host_link_bytes_per_s=32 * GB,
                            host_dram_bytes_per_s=8 * 25.6 * GB / 8),
     # (no peak: MFU's is the best GEMM rate its profile measured, costs/table.py; 0.1 TFLOP/s

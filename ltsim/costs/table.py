@@ -72,6 +72,12 @@ class TableCostModel:
         self.profile = load_profile(cluster.profile_dir,
                                     attention_kernel=cluster.attention_kernel or None).for_run()
         _check_device_kind(cluster, self.profile.meta)
+        chip = cluster.device.chip
+        if chip and chip.lower() not in self.profile.meta.device.lower():
+            self.profile.note(f"profile {cluster.profile_dir} was measured on another GPU than "
+                              f"the {cluster.device.name} preset's {chip} (its meta.json's "
+                              "device): the times are that GPU's, the memory limit and MFU's "
+                              "peak the preset's; choose the preset of the profile's GPU")
         shadowed = shadowed_folder(cluster.profile_dir)
         if shadowed:
             self.profile.note(shadowed)

@@ -155,6 +155,18 @@ def test_a_profile_of_the_other_kind_of_device_is_refused(preset, profile, kind)
                                                             attention_kernel="torch_sdpa"))
 
 
+@pytest.mark.parametrize("preset, profile, noted", [("h100-sxm5-80gb", "rtx-3090", True),
+                                                    ("h100-sxm5-80gb", "a800-40gb", True),
+                                                    ("h200", "h200", False),
+                                                    ("a800-40gb", "a800-40gb", False)])
+def test_a_profile_of_another_gpu_is_noted(preset, profile, noted):
+    """A fuzzing review: the RTX 3090's times under the H100 preset (its memory limit, its peak
+    for MFU) ran without a word."""
+    cost = TableCostModel(get_model("qwen2.5-7b"), ClusterSpec(device=get_device(preset),
+                                                               profile=profile))
+    assert any("measured on another GPU" in w for w in cost.warnings()) == noted
+
+
 def test_backward_gemms_come_from_the_measured_dgrad_and_wgrad_rows() -> None:
     import pandas as pd
 
