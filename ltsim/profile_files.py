@@ -19,6 +19,7 @@ from ltsim.files import NotRegularFile, read_input, replaced_atomically, write_t
 from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -70,6 +71,10 @@ COUNT_COLUMNS: dict[str, dict[str, int]] = {
     "host_copy": {"bytes": 1},
 }
 MAX_TIME_S = 3600.0  # no kernel, collective or op of a profile takes an hour
+MIN_TIME_S = 1e-9  # nor less than a nanosecond (a few clock cycles)
+# No GEMM runs at 10 PFLOP/s: about 4x the fastest GPU's dense BF16 (NVIDIA B200, 2.25 PFLOP/s,
+# its datasheet); a row that implies more is a unit slip (ms as s) or a broken measurement
+MAX_GEMM_FLOPS_PER_S = 10e15
 # columns every row must fill with a name (a word, not a number or a blank), where the table has them
 TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("dtype",),
@@ -315,6 +320,7 @@ def read_host_copies(directory: str | Path) -> dict[tuple[str, str], tuple[tuple
 
 def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
     """``read_rows`` as a pandas DataFrame (for the profiler and validation scripts)."""
+    import numpy as np
     import pandas as pd
 
     table = read_rows(directory, name)
@@ -354,10 +360,11 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                            f"columns {', '.join(TABLE_COLUMNS[name])}")
     if len(frame) == 0:
         raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
-    if "time_s" in columns and not all(0 < _number(v) <= MAX_TIME_S for v in frame["time_s"]):
-        raise ProfileError(f"{source}: table '{name}' has time_s values that are not positive "
-                           f"numbers of seconds up to {MAX_TIME_S:g}. Fix: re-run the profiler "
-                           f"for {name}")
+    if "time_s" in columns and not all(MIN_TIME_S <= _number(v) <= MAX_TIME_S
+                                       for v in frame["time_s"]):
+        raise ProfileError(f"{source}: table '{name}' has time_s values that are not numbers "
+                           f"of seconds from {MIN_TIME_S:g} to {MAX_TIME_S:g}. Fix: re-run the "
+                           f"profiler for {name}")
     for column, allowed in CHOICE_COLUMNS.get(name, {}).items():
         if column not in columns:  # an optional column (eager's stage)
             continue
@@ -389,6 +396,32 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                f"numbers of at least {least} (data row {bad[0] + 1} does not, "
                                f"{len(bad)} rows in all). Fix: correct those rows or re-run the "
                                "profiler for this table")
+    if name in ("gemm", "gemm_bwd"):
+        _check_gemm_rate(name, frame, source)
+
+
+def _floats(column: Any) -> "np.ndarray":
+    """A checked column as float64 (read as numbers, or as text of numbers)."""
+    import numpy as np
+
+    try:
+        return np.asarray(column, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([_number(v) for v in column], dtype=np.float64)
+
+
+def _check_gemm_rate(name: str, frame: "pd.DataFrame | Table", source: str) -> None:
+    """No row implies more than ``MAX_GEMM_FLOPS_PER_S`` (2 m n k / time_s; its columns already
+    checked as whole numbers and times); the row is named, never its values."""
+    import numpy as np
+
+    m, n, k, time_s = map(_floats, (frame[c] for c in ("m", "n", "k", "time_s")))
+    fast = np.flatnonzero(2 * m * n * k > MAX_GEMM_FLOPS_PER_S * time_s)
+    if len(fast):
+        raise ProfileError(f"{source}: table '{name}' data row {fast[0] + 1} implies more than "
+                           f"{MAX_GEMM_FLOPS_PER_S / 1e15:g} PFLOP/s (2 m n k / time_s; the "
+                           "fastest GPU's dense BF16 is 2.25). Fix: time_s is in seconds; "
+                           f"correct the row or re-run the profiler for {name}")
 
 
 def _check_attention(frame: "pd.DataFrame | Table", source: str) -> None:

@@ -175,7 +175,8 @@ def test_a_name_column_holding_numbers_or_blanks(tmp_path, table, column, value)
     ("elementwise", "op", "rmsnrom", "one of rmsnorm, residual_add"),  # the norms' time dropped
     ("optimizer", "model", None, "names"),
     ("elementwise", "num_tokens", 0.5, "whole numbers of at least 1"),  # numpy log warnings
-    ("gemm", "time_s", 1e300, "positive numbers of seconds up to 3600"),
+    ("gemm", "time_s", 1e300, "numbers of seconds from 1e-09 to 3600"),
+    ("gemm", "time_s", 1e-300, "numbers of seconds from 1e-09 to 3600"),  # MFU 0, exit 0
     ("attention", "mask", "bogus_mask", "one of is_causal, .*cpu_flash_bottom_right or blank"),
     ("attention", "causal", "maybe", "True or False"),  # read as False, silently
     ("attention", "causal", 1, "True or False"),
@@ -193,6 +194,25 @@ def test_the_optional_tables_columns_are_checked(tmp_path, table, column, value,
 
     with pytest.raises(ProfileError, match=rf"table '{table}' column '{column}' must hold {rule}|"
                                            rf"table '{table}' has time_s values that are not {rule}"):
+        Profile(directory)
+        read_optional_rows(directory, table)
+
+
+@pytest.mark.parametrize("table", ["gemm", "gemm_bwd"])
+def test_a_gemm_row_faster_than_any_gpu_is_refused(tmp_path, table):
+    """A fuzzing review: times in ms read as s (or 1e-300) gave 1.4M tokens/s and MFU 0 with
+    exit 0; a row implying more than 10 PFLOP/s names its row."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    frame = read_table(directory, table)
+    row = 7
+    flops = 2 * frame["m"].iloc[row] * frame["n"].iloc[row] * frame["k"].iloc[row]
+    frame.loc[frame.index[row], "time_s"] = flops / 20e15  # 20 PFLOP/s
+    frame.to_csv(directory / f"{table}.csv", index=False)
+    from ltsim.profile_files import read_optional_rows
+
+    with pytest.raises(ProfileError, match=rf"table '{table}' data row {row + 1} implies more "
+                                           r"than 10 PFLOP/s"):
         Profile(directory)
         read_optional_rows(directory, table)
 

@@ -656,6 +656,20 @@ CASES: tuple[Case, ...] = (
          "--set 'model.arch=\"gpt\"'", "model.max_position_embeddings"),
     Case("strategy options", "validate scenarios/alst/cpu-llama-tiny-alst.toml --profile cpu-ci "
          "--set 'workload.lengths=[256]' --set strategy.tiled_mlp=true", "tiled_mlp"),
+    # -- a fuzzing review of about 400 commands (2026-11-29, an eighth session) -----------------
+    Case("layout", "validate {tmp}/many.toml --profile cpu-ci --out {tmp}/o", "hardware.preset",
+         (("many.toml", f'# {SECRET}\nname = "many"\n[model]\npreset = "llama-tiny"\n'
+           '[hardware]\npreset = "cpu"\ngpus_per_node = 1024\n[parallel]\npp = 1\n'
+           'zero_stage = 0\noverlap_grad_reduce = false\n[workload]\nfixed_length = 64\n'
+           'global_batch_size = 1024\n[strategy]\nname = "megatron-1f1b"\n'),)),
+    Case("scenario file", "simulate {tmp}/other.toml", "other.toml",
+         (("other.toml", f'{SECRET} = "x"\n[{SECRET}-table]\ny = 1\n'),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "64,64,64,fp32,1e-300\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "4096,4096,4096,fp32,1e-8\n"),))),)),
+    Case("--grid", f"sweep {TINY} --set hardware.profile={{tmp}}/p --grid strategy.k=1,2",
+         "collectives.csv", (("p", Profile((("collectives.csv", None),))),)),
 )
 
 
