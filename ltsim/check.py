@@ -186,8 +186,8 @@ def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None,
     if case.expected_speedup is not None:
         drift = abs(speedup - case.expected_speedup) / case.expected_speedup
         if drift > case.tolerance:
-            problems.append(f"speedup {speedup:.3f}x drifts {100 * drift:.1f}% from the recorded "
-                            f"{case.expected_speedup}x (tolerance {100 * case.tolerance:.0f}%)")
+            problems.append(f"speedup {speedup:.6g}x drifts {100 * drift:.3g}% from the recorded "
+                            f"{case.expected_speedup}x (tolerance {100 * case.tolerance:.3g}%)")
     # not a failure (a candidate may gate on beating a baseline that cannot run), but said
     notes = ([f"baseline does not fit ({base['fit_reason']}): the speedup is over a run that "
               "would not start"] if not base["fits"] else [])
