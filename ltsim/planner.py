@@ -40,6 +40,10 @@ METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_b
            "mfu", "tokens_per_s")
 
 
+# keys whose names are read in any case (CHUNKFLOW is chunkflow): a repeat in another case is one
+_ANY_CASE = {"strategy.name", "model.preset", "hardware.preset"}
+
+
 def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
     """``["strategy.k=1,2", "strategy.chunk_size=4096,8192"]`` -> the 4 override dicts.
 
@@ -68,7 +72,8 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
             values = [parse_override(f"{key}={p.strip()}")[1] for p in parts]
         except ConfigError as exc:
             raise ConfigError("--grid", exc.rule, spec, exc.fix) from None
-        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        seen = [json.dumps(v.lower() if key in _ANY_CASE and isinstance(v, str) else v,
+                           sort_keys=True, default=str) for v in values]
         if len(set(seen)) < len(seen):
             raise ConfigError("--grid", "a list of distinct values", spec,
                               "give each value once (a repeat would run the same points twice)")

@@ -526,6 +526,16 @@ def test_grid_values_split_at_top_level_commas():
     assert expand_grid(["workload.lengths=[4, 2]"]) == [{"workload.lengths": [4, 2]}]
 
 
+def test_a_grid_name_repeated_in_another_case_is_a_repeat():
+    """A fuzzing review: chunkflow,CHUNKFLOW ran the same points twice (names are read in any
+    case; compare refused the same repeat)."""
+    from ltsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="distinct values"):
+        expand_grid(["strategy.name=chunkflow,CHUNKFLOW"])
+    assert len(expand_grid(['name="a","A"'])) == 2  # a scenario's name is text, case kept
+
+
 def test_pool_tasks_keep_the_last_key_s_values_together():
     from ltsim.planner import _tasks
 
