@@ -7,6 +7,8 @@ Template (attrs' validators, torchtitan's config errors)::
 
 from __future__ import annotations
 
+import datetime
+
 
 class LtsimError(Exception):
     """Base class of every error ltsim raises on purpose."""
@@ -66,6 +68,8 @@ def _shown(value: object) -> str:
     cannot even be printed: Python refuses past 4300 digits)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of {value.bit_length():,} bits"
+    if isinstance(value, (datetime.date, datetime.time)):  # a TOML date or time, as written
+        return f"the date/time {value.isoformat()}"
     text = repr(value)
     return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "... (cut)"
 

@@ -343,3 +343,13 @@ def test_a_toml_file_that_is_not_a_scenario_is_not_quoted(tmp_path):
     with pytest.raises(ConfigError, match="other.toml @ scenario must be a scenario file") as info:
         load_scenario(path)
     assert "SECRET" not in str(info.value)
+
+
+def test_a_toml_date_is_shown_as_written(tmp_path):
+    """A fuzzing review: a date where a number belongs was shown as Python's
+    datetime.datetime(1979, 5, 27, ...)."""
+    path = tmp_path / "d.toml"
+    path.write_text('name = "x"\nseed = 1979-05-27T07:32:00Z\n')
+    with pytest.raises(ConfigError, match=r"seed must be an integer \(got the date/time "
+                                          r"1979-05-27T07:32:00\+00:00\)"):
+        load_scenario(path)
