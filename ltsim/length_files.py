@@ -311,8 +311,10 @@ def _read_table(path: str) -> Rows:
                           "one length per line in a .txt file") from None
     column = next((c for c in LENGTH_COLUMNS if c in frame.columns), None)
     if column is None:  # the header is the file's first line: named by position, not quoted
+        where = ("its schema (the names are exact: lower case)" if path.lower().endswith(".parquet")
+                 else "the first line")
         raise ConfigError(KEY, f"a table with a {' or '.join(LENGTH_COLUMNS)} column", path,
-                          f"name the length column {' or '.join(LENGTH_COLUMNS)} in the first line "
+                          f"name the length column {' or '.join(LENGTH_COLUMNS)} in {where} "
                           f"({len(frame.columns)} columns found, none of them that)")
     if list(frame.columns).count(column) > 1 or f"{column}.1" in frame.columns:  # pandas renames
         # a repeated header name "<name>.1"; which of the two holds the lengths is a guess
@@ -333,6 +335,10 @@ def _read_table(path: str) -> Rows:
                           context="they differ")
     bad = np.flatnonzero(~np.isfinite(numeric) | (numeric != np.round(numeric)))
     if bad.size:
+        if frame[column].isna().iloc[bad[0]]:  # an empty cell (a Parquet null): none, not a bad one
+            raise ConfigError(KEY, "a file of integer lengths", path, "fill or drop the rows "
+                              "without a length", context=f"row {bad[0] + 1} of column {column} "
+                              "is empty")
         raise _not_integer(path, f"row {bad[0] + 1} of column {column}")
     long = np.flatnonzero(numeric > MAX_SEQUENCE_TOKENS)
     if long.size:

@@ -52,6 +52,20 @@ def test_a_parquet_length_column_of_dates_or_booleans(tmp_path: Path, values, dt
         load_dataset(str(path))
 
 
+def test_a_parquet_without_the_column_or_with_an_empty_cell(tmp_path: Path) -> None:
+    """A fuzzing review: a Parquet file was told to name its column "in the first line", and an
+    empty (null) cell was "not a whole number"."""
+    pytest.importorskip("pyarrow")
+    upper, empty = tmp_path / "upper.parquet", tmp_path / "empty.parquet"
+    pd.DataFrame({"NUM_TOKENS": [1, 2]}).to_parquet(upper)
+    pd.DataFrame({"num_tokens": [1.0, None, 3.0]}).to_parquet(empty)
+    with pytest.raises(ConfigError, match="in its schema") as info:
+        load_dataset(str(upper))
+    assert "first line" not in str(info.value)
+    with pytest.raises(ConfigError, match="row 2 of column num_tokens is empty"):
+        load_dataset(str(empty))
+
+
 def test_a_parquet_of_more_rows_than_a_length_file_may_hold(tmp_path: Path) -> None:
     """A compressed parquet of a few kB can hold 10^8 rows; reading it was an ArrowMemoryError
     traceback under a memory limit. The row count is read from its metadata first."""
