@@ -423,10 +423,11 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
 def _check_profile(name: str) -> None:
     """hardware.profile names a directory now, before anything runs (its tables load on first use)."""
     from ltsim.errors import ProfileError
-    from ltsim.profiles import available_profiles, resolve_profile  # pandas: import on use
+    from ltsim.profiles import PROFILES_DIR, available_profiles, resolve_profile  # (on use)
 
     fix = (f"use one of {', '.join(available_profiles()) or 'none'}, or the path of a directory "
-           "written by `ltsim profile`")
+           "written by `ltsim profile` (a relative path is read from the working directory, then "
+           f"from {PROFILES_DIR.parent}, not from the scenario's folder)")
     try:
         found = resolve_profile(name)
     except ProfileError:

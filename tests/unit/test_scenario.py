@@ -353,3 +353,15 @@ def test_a_toml_date_is_shown_as_written(tmp_path):
     with pytest.raises(ConfigError, match=r"seed must be an integer \(got the date/time "
                                           r"1979-05-27T07:32:00\+00:00\)"):
         load_scenario(path)
+
+
+def test_a_profile_path_beside_the_scenario_says_where_paths_are_read(tmp_path, monkeypatch):
+    """A fuzzing review: a profile folder beside the scenario was not found (paths are read from
+    the working directory), and the message did not say where it looked."""
+    (tmp_path / "myprof").mkdir()
+    scenario = tmp_path / "s.toml"
+    scenario.write_text((Path(__file__).parents[2] / "scenarios/quickstart.toml").read_text())
+    monkeypatch.chdir("/")
+    with pytest.raises(ConfigError, match="read from the working directory, then from .*, not "
+                                          "from the scenario's folder"):
+        load_scenario(scenario, ['hardware.profile="myprof"'])
