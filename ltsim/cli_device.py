@@ -69,9 +69,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ltsim.validate import (OUTPUT_FILES, require_real_device, same_kind_of_device,
                                 summary_text, validate_scenario, write_outputs)
 
-    require_torch("validate")
     if not 0 < args.tolerance < float("inf"):  # inf would pass every comparison
         raise ConfigError("--tolerance", "a positive, finite fraction (0.10 = 10%)", args.tolerance)
+    require_torch("validate")  # (after the flags: importing torch takes seconds)
     try:  # before anything runs
         profile = resolve_profile(args.profile)
     except ProfileError:
