@@ -56,6 +56,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     plans, traces, metrics = [], [], []
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
     batches = _checked_batches(strategy, workload, scenario.seed, ctx, options)
+    notes += _position_table_note(scenario.model, batches)
     for index, batch in enumerate(batches):
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
             plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
@@ -97,6 +98,19 @@ def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContex
     options = strategy.parse(scenario.strategy_options)
     notes += strategy.ignored(scenario.strategy_options, options)
     return strategy, options, ctx, workload, notes
+
+
+def _position_table_note(model, batches) -> list[str]:
+    """A learned position table (arch gpt) shorter than the longest sequence: a run needs one of
+    that many rows (FlexSP sizes it to its sequence limit), whose parameters are not counted."""
+    rows = model.max_position_embeddings if model.arch == "gpt" else 0
+    longest = max((max(batch, default=0) for batch in batches), default=0)
+    if not 0 < rows < longest:
+        return []
+    return [f"model.max_position_embeddings = {rows} is below the longest sequence ({longest:,} "
+            "tokens): training it needs a learned position table of that many rows, whose "
+            f"parameters ({(longest - rows) * model.hidden_size:,} more) are not counted; set "
+            f"model.max_position_embeddings = {longest} to count them"]
 
 
 def _checked_batches(strategy, workload, seed: int, ctx: PlanContext, options: Any) -> list:

@@ -238,3 +238,20 @@ def test_a_position_table_belongs_to_gpt_shapes_only():
     assert get_model("gpt-7b", arch="llama").max_position_embeddings == 0
     assert get_model("gpt-7b", max_position_embeddings=192000).max_position_embeddings == 192000
     assert get_model("llama-tiny") is get_model("llama-tiny")  # no copy without overrides
+
+
+def test_a_position_table_shorter_than_the_sequences_is_a_warning():
+    """A fuzzing review: GPT with 16 learned positions simulated 64K-token sequences without a
+    word (the executor refuses it; a run needs a table that long, whose weights count)."""
+    from pathlib import Path
+
+    from ltsim.runner import simulate
+    from ltsim.scenario import load_scenario
+
+    path = Path(__file__).parents[2] / "scenarios/infinipipe/gpt-7b-64k-megatron.toml"
+    sets = ["workload.lengths=[8192, 4096]", "workload.global_batch_size=2"]
+    short = simulate(load_scenario(path, [*sets, "model.max_position_embeddings=16"]))
+    assert any("max_position_embeddings = 16 is below the longest sequence (8,192" in w
+               for w in short.warnings)
+    enough = simulate(load_scenario(path, [*sets, "model.max_position_embeddings=8192"]))
+    assert not any("max_position_embeddings" in w for w in enough.warnings)
