@@ -186,6 +186,11 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
                               "(it keeps gradients and Adam state in the model dtype, no fp32 "
                               "master copy)", getattr(parallel, key),
                               f'set parallel.{key} = "model" so the prediction describes the run')
+    if parallel.dp > 1 and parallel.zero_stage:  # (found as its collectives, it had no fix)
+        raise ConfigError("parallel.zero_stage", "0 for the executor with dp > 1 (each replica "
+                          "keeps its whole gradients and Adam state: nothing sharded)",
+                          parallel.zero_stage, "set parallel.zero_stage = 0 so the prediction "
+                          "describes the run (ZeRO is simulated only)")
     if parallel.dp > 1 and parallel.overlap_grad_reduce:
         raise ConfigError("parallel.overlap_grad_reduce", "false for the executor with dp > 1 (it "
                           "reduces its flat gradient buffer after the last backward, not bucket "

@@ -272,6 +272,10 @@ def test_bad_arguments():
     with pytest.raises(ConfigError, match=r"'parallel.overlap_grad_reduce' must be false for the "
                        r"executor with dp > 1 .*Fix: set parallel.overlap_grad_reduce = false"):
         execute_plan(replicas, SPEC, dataclasses.replace(two, overlap_grad_reduce=True))
+    for stage in (1, 2, 3):  # (found as its first collective, with a grid and no fix: a review)
+        with pytest.raises(ConfigError, match=r"'parallel.zero_stage' must be 0 for the executor "
+                           rf"with dp > 1 .*\(got {stage}\)\. Fix: set parallel.zero_stage = 0"):
+            execute_plan(replicas, SPEC, dataclasses.replace(two, zero_stage=stage))
     split = plan.with_programs(tuple(
         dataclasses.replace(p, ops=tuple(op.evolve(kind=OpKind.W)
                                          if op.kind is OpKind.B else op for op in p.ops))
