@@ -226,9 +226,11 @@ def _check_acyclic(plan: Plan):
 
 
 def _check_buffers(plan: Plan):
-    """Per device, every buffer is freed as often as it is allocated; within one program a buffer
-    is not allocated while live nor freed before its allocation (an op may allocate and free one
-    buffer: a transient). Buffers may move between streams (a copy frees what a forward made)."""
+    """Per device, every buffer is freed as often as it is allocated, and only where allocated;
+    within one program a buffer is not allocated while live (an op may allocate and free one
+    buffer: a transient). Buffers may move between streams (a copy frees what a forward made).
+    (Freeing before the allocation in program order is not checked: the engine's replay orders
+    the two by their dependencies.)"""
     table = plan.table
     return (_unbalanced_rows if len(table) < optable.SMALL else _unbalanced_arrays)(table)
 

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -42,6 +43,21 @@ METRICS = ("iteration_time_s", "bubble_ratio", "recompute_ratio", "peak_memory_b
 
 # keys whose names are read in any case (CHUNKFLOW is chunkflow): a repeat in another case is one
 _ANY_CASE = {"strategy.name", "model.preset", "hardware.preset"}
+
+
+def _named(key: str, value: Any) -> Any:
+    """A grid value as the scenario reads it: a name of ``_ANY_CASE`` or a built-in dataset's
+    name in lower case (a length file's path keeps its case)."""
+    if not isinstance(value, str):
+        return value
+    if key in _ANY_CASE:
+        return value.lower()
+    if key == "workload.dataset":
+        from ltsim.datasets import dataset_names
+
+        name = value.strip().lower()
+        return name if name in dataset_names() else value
+    return value
 
 
 def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
@@ -72,8 +88,7 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
             values = [parse_override(f"{key}={p.strip()}")[1] for p in parts]
         except ConfigError as exc:
             raise ConfigError("--grid", exc.rule, spec, exc.fix) from None
-        seen = [json.dumps(v.lower() if key in _ANY_CASE and isinstance(v, str) else v,
-                           sort_keys=True, default=str) for v in values]
+        seen = [json.dumps(_named(key, v), sort_keys=True, default=str) for v in values]
         if len(set(seen)) < len(seen):
             raise ConfigError("--grid", "a list of distinct values", spec,
                               "give each value once (a repeat would run the same points twice)")
@@ -139,8 +154,8 @@ def _from_grid(exc: ConfigError, overrides: dict[str, Any]) -> ConfigError:
     if "strategy.name" in overrides and exc.key.startswith("strategy.") and "an option of" in exc.rule:
         option = exc.key.removeprefix("strategy.")
         fix = (f"sweep {exc.key} over the strategies that take it, or compare strategies each "
-               f"with its own options (ltsim compare {exc.source or 'FILE'} --strategies "
-               f"{overrides['strategy.name']},NAME:{option}=VALUE)")
+               f"with its own options (ltsim compare {shlex.quote(exc.source or 'FILE')} "
+               f"--strategies {overrides['strategy.name']},NAME:{option}=VALUE)")
     return ConfigError(exc.key, exc.rule, exc.value, fix, source=exc.source,
                        context=f"{exc.context}; {where}" if exc.context else where)
 

@@ -320,7 +320,6 @@ def read_host_copies(directory: str | Path) -> dict[tuple[str, str], tuple[tuple
 
 def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
     """``read_rows`` as a pandas DataFrame (for the profiler and validation scripts)."""
-    import numpy as np
     import pandas as pd
 
     table = read_rows(directory, name)
@@ -330,6 +329,8 @@ def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
 def _number(value: Any) -> float:
     try:
         return float(value)
+    except OverflowError:  # a whole number of hundreds of digits: past any bound
+        return math.inf
     except (TypeError, ValueError):
         return math.nan
 
@@ -406,7 +407,7 @@ def _floats(column: Any) -> "np.ndarray":
 
     try:
         return np.asarray(column, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return np.array([_number(v) for v in column], dtype=np.float64)
 
 

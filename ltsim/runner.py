@@ -110,7 +110,8 @@ def _position_table_note(model, batches) -> list[str]:
     return [f"model.max_position_embeddings = {rows} is below the longest sequence ({longest:,} "
             "tokens): training it needs a learned position table of that many rows, whose "
             f"parameters ({(longest - rows) * model.hidden_size:,} more) are not counted; set "
-            f"model.max_position_embeddings = {longest} to count them"]
+            f"model.max_position_embeddings to at least {longest} (the longest a run may "
+            "sample) to count them"]
 
 
 def _checked_batches(strategy, workload, seed: int, ctx: PlanContext, options: Any) -> list:

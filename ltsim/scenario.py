@@ -426,8 +426,9 @@ def _check_profile(name: str) -> None:
     from ltsim.profiles import PROFILES_DIR, available_profiles, resolve_profile  # (on use)
 
     fix = (f"use one of {', '.join(available_profiles()) or 'none'}, or the path of a directory "
-           "written by `ltsim profile` (a relative path is read from the working directory, then "
-           f"from {PROFILES_DIR.parent}, not from the scenario's folder)")
+           "written by `ltsim profile` (a bare name is looked up among the bundled profiles, "
+           f"then in the working directory; a path from the working directory, then from "
+           f"{PROFILES_DIR.parent}; neither from the scenario's folder)")
     try:
         found = resolve_profile(name)
     except ProfileError:

@@ -73,7 +73,9 @@ class TableCostModel:
                                     attention_kernel=cluster.attention_kernel or None).for_run()
         _check_device_kind(cluster, self.profile.meta)
         chip = cluster.device.chip
-        if chip and chip.lower() not in self.profile.meta.device.lower():
+        # (a derived profile's device ends "..., derived from a100-sxm4-80gb": its own is before)
+        measured_on = self.profile.meta.device.lower().split("derived from")[0]
+        if chip and chip.lower() not in measured_on:
             self.profile.note(f"profile {cluster.profile_dir} was measured on another GPU than "
                               f"the {cluster.device.name} preset's {chip} (its meta.json's "
                               "device): the times are that GPU's, the memory limit and MFU's "

@@ -533,7 +533,10 @@ def test_a_grid_name_repeated_in_another_case_is_a_repeat():
 
     with pytest.raises(ConfigError, match="distinct values"):
         expand_grid(["strategy.name=chunkflow,CHUNKFLOW"])
+    with pytest.raises(ConfigError, match="distinct values"):
+        expand_grid(['workload.dataset="wikipedia"," WIKIPEDIA"'])
     assert len(expand_grid(['name="a","A"'])) == 2  # a scenario's name is text, case kept
+    assert len(expand_grid(['workload.dataset="l.txt","L.txt"'])) == 2  # files keep their case
 
 
 def test_pool_tasks_keep_the_last_key_s_values_together():

@@ -190,4 +190,7 @@ def test_a_valid_plan_passes_the_buffer_check_by_counts_alone():
         return (table, rows, table.effects("allocs")[0][rows], table.effects("frees")[0][rows])
 
     assert _once_each(*counts(_megatron()))
-    assert not _once_each(*counts(_edit(_megatron(), "s0B1", frees=())))
+    leaky = _edit(_megatron(), "s0B1", frees=())
+    assert not _once_each(*counts(leaky))
+    with pytest.raises(PlanError, match="is never freed"):
+        leaky.validate()

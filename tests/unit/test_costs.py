@@ -157,6 +157,9 @@ def test_a_profile_of_the_other_kind_of_device_is_refused(preset, profile, kind)
 
 @pytest.mark.parametrize("preset, profile, noted", [("h100-sxm5-80gb", "rtx-3090", True),
                                                     ("h100-sxm5-80gb", "a800-40gb", True),
+                                                    ("a100-sxm4-80gb", "rtx-3090", True),
+                                                    ("a100-sxm4-80gb", "a800-40gb", True),
+                                                    ("rtx-3090", "rtx-3090", False),
                                                     ("h200", "h200", False),
                                                     ("a800-40gb", "a800-40gb", False)])
 def test_a_profile_of_another_gpu_is_noted(preset, profile, noted):

@@ -213,8 +213,7 @@ def test_a_gemm_row_faster_than_any_gpu_is_refused(tmp_path, table):
 
     with pytest.raises(ProfileError, match=rf"table '{table}' data row {row + 1} implies more "
                                            r"than 10 PFLOP/s"):
-        Profile(directory)
-        read_optional_rows(directory, table)
+        Profile(directory) if table == "gemm" else read_optional_rows(directory, table)
 
 
 def test_a_causal_attention_row_with_more_queries_than_keys(tmp_path):

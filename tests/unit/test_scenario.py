@@ -362,6 +362,7 @@ def test_a_profile_path_beside_the_scenario_says_where_paths_are_read(tmp_path, 
     scenario = tmp_path / "s.toml"
     scenario.write_text((Path(__file__).parents[2] / "scenarios/quickstart.toml").read_text())
     monkeypatch.chdir("/")
-    with pytest.raises(ConfigError, match="read from the working directory, then from .*, not "
-                                          "from the scenario's folder"):
+    with pytest.raises(ConfigError, match="a bare name is looked up among the bundled profiles, "
+                                          "then in the working directory; .*neither from the "
+                                          "scenario's folder"):
         load_scenario(scenario, ['hardware.profile="myprof"'])
