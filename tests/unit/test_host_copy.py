@@ -73,7 +73,7 @@ def test_a_copy_priced_outside_the_measured_rows_says_so_once_per_kind(tmp_path)
     ("up,pageable,1024,0.1", "column 'direction' must hold one of d2h, h2d"),
     ("d2h,locked,1024,0.1", "column 'host_memory' must hold one of pageable, pinned"),
     ("d2h,pinned,0,0.1", "column 'bytes' must hold whole numbers of at least 1"),
-    ("d2h,pinned,1024,-1", "time_s values that are not positive"),
+    ("d2h,pinned,1024,-1", "time_s values that are not numbers of seconds from 1e-09"),
 ])
 def test_a_bad_host_copy_row_is_refused_by_its_rule(tmp_path, row, rule):
     _write(tmp_path, row + "\n")
