@@ -143,8 +143,8 @@ class MaxLength:
 
 def length_scenario(scenario: Scenario, length: int) -> Scenario:
     """The scenario with its workload replaced by one sequence of ``length`` per DP replica."""
-    raw = {**scenario.raw, "workload": {"lengths": [length] * scenario.parallel.dp,
-                                        "num_batches": 1}}
+    raw = {**{k: v for k, v in scenario.raw.items() if k != "seed"},  # (nothing is drawn)
+           "workload": {"lengths": [length] * scenario.parallel.dp, "num_batches": 1}}
     return build_scenario(raw, source=scenario.source)
 
 

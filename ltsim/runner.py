@@ -97,7 +97,23 @@ def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContex
         workload = workload.with_batching(strategy.batching)
     options = strategy.parse(scenario.strategy_options)
     notes += strategy.ignored(scenario.strategy_options, options)
+    notes += _unread_keys(scenario)
     return strategy, options, ctx, workload, notes
+
+
+def _unread_keys(scenario: Scenario) -> list[str]:
+    """Notes for scenario keys given where nothing reads them (two runs that differ only in them
+    run alike): ``seed`` when nothing is sampled, ``parallel.cp_kind`` without CP."""
+    notes = []
+    if "seed" in scenario.raw and not scenario.workload.dataset:
+        given = "lengths" if scenario.workload.lengths else "fixed_length"
+        notes.append(f"seed = {scenario.raw['seed']} is not used: workload.{given} is the batch, "
+                     "so nothing is sampled")
+    kind = scenario.raw.get("parallel", {}).get("cp_kind")
+    if kind is not None and scenario.parallel.cp == 1:
+        notes.append(f'parallel.cp_kind = "{kind}" is not used: parallel.cp = 1 (no context '
+                     "parallelism)")
+    return notes
 
 
 def _position_table_note(model, batches) -> list[str]:

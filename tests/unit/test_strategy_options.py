@@ -59,6 +59,26 @@ def test_a_simulation_reports_an_unused_option_among_its_warnings(tmp_path):
     assert any("strategy.bucket_size = 128 is not used" in w for w in warnings)
 
 
+@pytest.mark.parametrize("sets, said", [
+    (["seed=3"], "seed = 3 is not used: workload.lengths is the batch"),
+    (["parallel.cp=1", 'parallel.cp_kind="ulysses"'], 'parallel.cp_kind = "ulysses" is not used'),
+    (["seed=3", 'workload.dataset="wikipedia"', "workload.global_batch_size=2"], None),
+    (['parallel.cp_kind="ring"'], None)])
+def test_a_scenario_key_nothing_reads_is_said(tmp_path, sets, said):
+    """Keys given where nothing reads them ran without a word (a sweep over them ran alike)."""
+    from ltsim.runner import simulate
+    from ltsim.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[hardware]\npreset = "unit"\nnum_nodes = 1\ngpus_per_node = 2\n'
+                    '[model]\npreset = "qwen2.5-0.5b"\n'
+                    '[parallel]\ncp = 2\n[workload]\nlengths = [512, 256]\n'
+                    '[strategy]\nname = "deepspeed-cp"\n')
+    warnings = simulate(load_scenario(path, sets)).warnings
+    notes = [w for w in warnings if "is not used" in w]
+    assert notes == ([] if said is None else [next(w for w in notes if said in w)])
+
+
 def test_a_command_imports_only_the_strategy_it_plans_with():
     # the registry imports a strategy's module when first asked (about 20 ms of start-up for all
     # twelve); a grid key of the scenario's own strategy is checked without importing the others
