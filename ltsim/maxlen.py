@@ -71,6 +71,8 @@ class Point:
     reason: str = ""
     terms: dict[str, int] = field(default_factory=dict)
     tokens: int = 0  # tokens of a global batch: a sequence per replica (or the workload's batch)
+    warnings: tuple[str, ...] = ()  # the run's (a lookup past a profile's range, a GPT position
+    # table shorter than the length: what simulate would print)
 
     @property
     def time_per_token_s(self) -> float:
@@ -138,14 +140,15 @@ class MaxLength:
                 "next_reason": self.failing.reason if self.failing else "",
                 "memory_limit_bytes": self.memory_limit_bytes,
                 "host_memory_limit_bytes": self.host_memory_limit_bytes,
-                "unit_costs": self.unit_costs, "note": self.note}
+                "unit_costs": self.unit_costs, "note": self.note,
+                "warnings": list(at.warnings) if at else []}
 
 
 def length_scenario(scenario: Scenario, length: int) -> Scenario:
     """The scenario with its workload replaced by one sequence of ``length`` per DP replica."""
     raw = {**{k: v for k, v in scenario.raw.items() if k != "seed"},  # (nothing is drawn)
            "workload": {"lengths": [length] * scenario.parallel.dp, "num_batches": 1}}
-    return build_scenario(raw, source=scenario.source)
+    return build_scenario(_positions_for(scenario, raw, length), source=scenario.source)
 
 
 def workload_scenario(scenario: Scenario, length: int) -> Scenario:
@@ -153,7 +156,26 @@ def workload_scenario(scenario: Scenario, length: int) -> Scenario:
     ``overlong = "truncate"``, so every cap sees the same draws, each cut to the cap."""
     raw = {**scenario.raw, "workload": {**scenario.raw.get("workload", {}), "max_length": length,
                                         "overlong": "truncate"}}
-    return build_scenario(raw, source=scenario.source)
+    return build_scenario(_positions_for(scenario, raw, length), source=scenario.source)
+
+
+def _positions_for(scenario: Scenario, raw: dict[str, Any], length: int) -> dict[str, Any]:
+    """``raw`` with a learned position table (arch gpt) of at least ``length`` rows: training a
+    sequence that long needs one, and its weights count (``positions_note``)."""
+    rows = scenario.model.max_position_embeddings
+    if scenario.model.arch != "gpt" or not 0 < rows < length:
+        return raw
+    return {**raw, "model": {**raw.get("model", {}), "max_position_embeddings": length}}
+
+
+def positions_note(scenario: Scenario) -> str:
+    """What ``_positions_for`` does, said once per answer (empty when it does nothing)."""
+    rows = scenario.model.max_position_embeddings
+    if scenario.model.arch != "gpt" or not rows:
+        return ""
+    return (f"the learned position table (model.max_position_embeddings = {rows:,}) is grown "
+            "to each length searched, with its weights: training a sequence needs a row per "
+            "token")
 
 
 MODES = {"sequence": length_scenario, "workload": workload_scenario}
@@ -166,7 +188,10 @@ def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequ
     counts as not fitting, with its reason. ``config_errors``: raise a ConfigError instead (at the
     shortest length one is the scenario's fault, not the length's)."""
     try:
-        sim = run(MODES[mode](scenario, length), cost=cost)
+        probe = MODES[mode](scenario, length)
+        if probe.model != scenario.model:  # a GPT's position table grown to the length: its
+            cost = make_cost_model(probe)  # weights are the cost model's to count
+        sim = run(probe, cost=cost)
     except (PlanError, ConfigError) as exc:
         if config_errors and isinstance(exc, ConfigError):
             raise
@@ -186,7 +211,8 @@ def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequ
     tokens = sum(b.num_tokens for b in result.batches) // len(result.batches)  # every replica's
     return Point(length=length, fits=result.fits,
                  iteration_time_s=float(result.iteration_times_s.mean()), peak_bytes=max(peaks),
-                 limit=limit, reason=result.fit_reason, terms=terms, tokens=tokens)
+                 limit=limit, reason=result.fit_reason, terms=terms, tokens=tokens,
+                 warnings=tuple(result.warnings))
 
 
 def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = MAX_LENGTH,
@@ -239,6 +265,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     for key in unused_options(get_strategy(scenario.strategy).parse(options), options):
         del options[key]  # (Seq1F1B's chunk_size under variant "original": not what ran)
     scenario, note = worst_draw(scenario)
+    note = "; ".join(filter(None, (note, positions_note(scenario))))
     points = {} if points is None else points
 
     def probe(length: int) -> Point:

@@ -210,4 +210,11 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
         if d["next_length"] is not None:
             lines.append(f"{d['label']}: {d['next_length']:,} tokens do not fit: {d['next_reason']}")
     lines += [f"{d['label']}: {d['note']}" for d in rows if d.get("note")]
+    for d in rows:  # the run at the answer's, as simulate would print them (a review: dropped)
+        warnings = d.get("warnings", [])
+        lines += [f"warning: {d['label']} at {d['max_length']:,}: {w}"
+                  for w in warnings[:_COMPARE_WARNINGS]]
+        if len(warnings) > _COMPARE_WARNINGS:
+            lines.append(f"warning: {d['label']}: ... and {len(warnings) - _COMPARE_WARNINGS} "
+                         "more (see --json)")
     return "\n".join(lines)

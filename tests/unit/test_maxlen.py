@@ -280,3 +280,23 @@ def test_a_search_with_room_to_spare_stops_at_a_batch_of_the_workload_cap():
     assert answer.failing is None and answer.max_length == answer.cap
     assert answer.cap == MAX_BATCH_TOKENS // 2 // (1 << 20) * (1 << 20)
     assert answer.binds == f"none up to {answer.cap:,} tokens"
+
+
+def test_a_gpt_position_table_grows_with_the_length_searched():
+    """A review: maxlen answered a GPT's longest sequence with its 4,096-row learned position
+    table, which a run that long cannot use (and whose rows' weights count): 8% too long at
+    GPT-7B under FlexSP. Each length is now planned with a table of that many rows."""
+    gpt = load_scenario(REPO / "scenarios/infinipipe/gpt-7b-64k-megatron.toml")
+    assert length_scenario(gpt, 100_000).model.max_position_embeddings == 100_000
+    assert length_scenario(gpt, 2_048).model.max_position_embeddings == 4_096
+    llama = load_scenario(REPO / "scenarios/quickstart.toml")
+    assert length_scenario(llama, 100_000).model == llama.model
+    cost = make_cost_model(gpt)
+    grown = evaluate(gpt, 65_536, cost)
+    sized = load_scenario(REPO / "scenarios/infinipipe/gpt-7b-64k-megatron.toml",
+                          ["model.max_position_embeddings=65536"])
+    assert grown == evaluate(sized, 65_536, make_cost_model(sized))  # as if written so
+    assert grown.terms["weights"] > evaluate(gpt, 4_096, cost).terms["weights"]
+    assert not any("max_position_embeddings" in w for w in grown.warnings)
+    answer = find_max_length(gpt, step=65_536, max_length=1 << 20)
+    assert "grown to each length searched" in answer.note
