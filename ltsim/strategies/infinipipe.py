@@ -36,8 +36,9 @@ steady phase has no bubble; "1f1b": Megatron's, the schedule of Fig. 6(a)),
 (epp.solve_range), which is how "none" fits long sequences.
 ``parallel.recompute`` sets what uncheckpointed layers keep ("none" or "selective"); "full" is
 ``checkpointing = "full"``. The resolved options of a plan record N, the pipelines, whether every
-pipeline had a checkpointing answer that fits (``all_solved``; false: even one unit alone does not
-fit, so it runs with every layer checkpointed, or none under "none") and the solver
+pipeline had a checkpointing answer that fits (``all_solved``; false: by the planner's memory
+terms even one unit alone does not fit, so it runs with every layer checkpointed, or none under
+"none", and the simulation says whether that fits: it may, narrowly) and the solver
 (calls, SCIP solves, the largest gap, seconds).
 """
 
