@@ -25,28 +25,37 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
     from matplotlib import colormaps
 
     from ltsim.maxlen import DEVICE_TERMS
+    from ltsim.units import NO_LIMIT_BYTES
 
+    unit = "tokens" if answers and answers[0].unit_costs else "GiB"  # (the unit preset's memory)
+    scale = 1 if unit == "tokens" else 2**30
     colors = colormaps["tab10"].colors
     fig = _new_figure(4.4 * len(answers) + 0.6, 4.4)
     axes = fig.subplots(1, len(answers), squeeze=False, sharey=True)[0]
     for ax, answer in zip(axes, answers):
         points = [p for p in answer.points if p.terms]
         lengths = np.array([p.length for p in points], dtype=float)
-        stack = np.array([[p.terms.get(t, 0) / 2**30 for p in points] for t in DEVICE_TERMS])
+        stack = np.array([[p.terms.get(t, 0) / scale for p in points] for t in DEVICE_TERMS])
         used = [i for i, row in enumerate(stack) if row.any()]
         if len(points):
             ax.stackplot(lengths, stack[used], labels=[_LABELS[DEVICE_TERMS[i]] for i in used],
                          colors=[colors[i] for i in used], alpha=0.85)
-        ax.axhline(answer.memory_limit_bytes / 2**30, color="black", linestyle="--", linewidth=1,
-                   label="device limit (less allocator allowance)")
+        if answer.memory_limit_bytes < NO_LIMIT_BYTES:  # (none: no line at the sentinel)
+            ax.axhline(answer.memory_limit_bytes / scale, color="black", linestyle="--",
+                       linewidth=1, label="device limit (less allocator allowance)")
         if answer.max_length:
             ax.axvline(answer.max_length, color="black", linewidth=1.5,
                        label=f"longest that fits: {answer.max_length:,}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("workload cut at (tokens)" if answer.mode == "workload"
                       else "sequence length (tokens)")
-        ax.set_title(f"{answer.strategy}: max {answer.max_length:,} tokens\n({answer.binds} binds;"
-                     " solid line)", fontsize=9)
+        binds = answer.binds
+        why = (binds.removeprefix("none: ") if binds.startswith("none: ")
+               else "nothing binds" + binds.removeprefix("none") if binds.startswith("none")
+               else f"{binds} binds")
+        ends = "; solid line" if answer.max_length else ""
+        ax.set_title(f"{answer.strategy}: max {answer.max_length:,} tokens\n({why}{ends})",
+                     fontsize=9)
         _plain_frame(ax)
         ax.grid(True, color="0.9")
     handles: dict = {}  # one legend for all panels, below them, so it hides no data
@@ -56,7 +65,7 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
                 handles.setdefault(label, handle)
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=8,
                ncol=min(2 * len(answers), 4, len(handles)), frameon=False)  # fits one panel
-    axes[0].set_ylabel("peak memory per GPU (GiB)")
+    axes[0].set_ylabel(f"peak memory per GPU ({unit})")
     if title:
         fig.suptitle(literal(short(title, 100)), fontsize=10)
     return _save(fig, path)

@@ -300,3 +300,23 @@ def test_a_gpt_position_table_grows_with_the_length_searched():
     assert not any("max_position_embeddings" in w for w in grown.warnings)
     answer = find_max_length(gpt, step=65_536, max_length=1 << 20)
     assert "grown to each length searched" in answer.note
+
+
+def test_the_plot_says_tokens_and_draws_no_limit_on_the_unit_preset(quickstart, tmp_path,
+                                                                      monkeypatch):
+    """A fuzzing review: on the unit preset the figure's axis read GiB and its "device limit"
+    line sat at the no-limit sentinel (2^62 / 2^30), squashing the data to nothing."""
+    import ltsim.viz_maxlen as viz_maxlen
+
+    figures = []
+    monkeypatch.setattr(viz_maxlen, "_save", lambda fig, path: figures.append(fig) or path)
+    unit = load_scenario(REPO / "scenarios/examples/chunkflow-fig6-cs2-k1.toml")
+    real = find_max_length(quickstart, step=16384, max_length=65536)
+    for answer in (find_max_length(unit, step=16, max_length=64), real):
+        viz_maxlen.plot_maxlen([answer], tmp_path / "m.png")
+    (unit_ax,), (real_ax,) = (fig.axes for fig in figures)
+    assert unit_ax.get_ylabel() == "peak memory per GPU (tokens)"
+    assert not [line for line in unit_ax.lines if line.get_label().startswith("device")]
+    assert real_ax.get_ylabel() == "peak memory per GPU (GiB)"
+    limit, = (line for line in real_ax.lines if line.get_label().startswith("device"))
+    assert limit.get_ydata()[0] == real.memory_limit_bytes / 2**30
