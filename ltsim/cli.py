@@ -243,7 +243,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for note in r.get("notes", ()):
             print(f"note {r['name']}: {note}")
     if args.update:
-        print(f"recorded {len(rows)} speedups in {args.file}")
+        print(f"recorded {len(rows)} speedup{'' if len(rows) == 1 else 's'} in {args.file}")
     return EXIT_OK if all(r["ok"] for r in rows) else EXIT_CHECK_FAILED
 
 

@@ -434,6 +434,34 @@ def test_check_update_keeps_the_files_byte_order_mark_and_line_ends(tmp_path, ca
     assert data.startswith(mixed[:-1]) and data.count(b"\r\n") == 1  # untouched lines kept
 
 
+@pytest.mark.parametrize("tolerance", [0.05, 1e-6, 0])
+def test_check_update_records_what_the_next_check_passes(tmp_path, capsys, tolerance):
+    """A review: with tolerance 1e-6, --update recorded 1.2174 for 1.21739, which the next
+    check failed; the recorded value has the digits the tolerance needs."""
+    path = tmp_path / "r.toml"
+    path.write_text(f'[[case]]\nname = "x"\nbaseline = "{REPO}/scenarios/examples/'
+                    f'chunkflow-fig2-baseline.toml"\ncandidate = "{REPO}/scenarios/examples/'
+                    f'chunkflow-fig6-cs2-k2.toml"\ntolerance = {tolerance}\n')
+    assert main(["check", str(path), "--update"]) == 0
+    assert "recorded 1 speedup in" in capsys.readouterr().out
+    assert main(["check", str(path)]) == 0
+    assert ("expected_speedup = 1.2174\n" in path.read_text()) == (tolerance == 0.05)
+
+
+def test_check_finds_scenarios_beside_its_file(tmp_path, capsys, monkeypatch):
+    """A review: scenarios beside the regression file were looked up only from its folder's
+    parent (as validation/regression.toml names scenarios/...)."""
+    import shutil
+
+    for name, source in (("base.toml", "chunkflow-fig2-baseline.toml"),
+                         ("cand.toml", "chunkflow-fig6-cs2-k2.toml")):
+        shutil.copy(REPO / "scenarios/examples" / source, tmp_path / name)
+    (tmp_path / "r.toml").write_text('[[case]]\nname = "c"\nbaseline = "base.toml"\n'
+                                     'candidate = "cand.toml"\n')
+    monkeypatch.chdir("/")
+    assert main(["check", str(tmp_path / "r.toml")]) == 0
+
+
 def test_check_update_still_fails_a_candidate_that_does_not_fit(tmp_path, capsys):
     """--update records the new speedup and drops only the drift from the old one: a candidate
     that does not fit still fails (exit 1), as it does without --update."""
