@@ -274,8 +274,8 @@ def _format_value(value: float, unit: str) -> str:
         return "-"
     if unit == "%":
         return f"{value:.3f} %"
-    if float(value).is_integer():
-        return f"{int(value):,} {unit}"
+    if float(value).is_integer():  # (one token, one sequence)
+        return f"{int(value):,} {unit[:-1] if value == 1 and unit.endswith('s') else unit}"
     return f"{value:,.1f} {unit}"
 
 
