@@ -10,7 +10,7 @@ attention), pipeline parallelism across stages (``parallel.pp`` = d_p), ZeRO (``
    "auto", searched (PAPERS.md F3): N from the fewest slices whose chunks fit a chunk's token
    capacity (F4) upwards, keeping the N of least estimated time, until two N in a row do no
    better than one that fits (or slices would average under 128 tokens, or N reaches 64; while
-   no N fits, the search goes on until eight N in a row come no closer to fitting). The estimate is Eq. 12 with Eq. 13's terms: the chunks' busy
+   no N fits, the search goes on). The estimate is Eq. 12 with Eq. 13's terms: the chunks' busy
    time on one stage plus, per pipeline, delta and the recomputation; under ZeRO-3 a chunk's
    pass takes at least the parameter all-gather it waits for (and its backward the gradient
    reduce-scatter after it), which short chunks expose (epp_costs.StageCosts.chunk).
@@ -64,10 +64,10 @@ CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, n
 MAX_SLICES = 64  # the auto search's ceiling on N
 MIN_SLICE_TOKENS = 128  # nor does it cut slices shorter (kernels there are launch-bound)
 _PATIENCE = 2  # N values in a row without improvement that end the search
-# While no N fits: N values in a row that come no closer (the bytes every layer checkpointed
-# still lacks) end it. GPT-30B's batch at a 128K cap fits at no N, comes closest at N = 7, and
-# searched on to N = 64 for 272 s (a fuzzing review, 2026-11-29)
-_STALL = 8
+# While no N fits, the search goes on (to MAX_SLICES): how close an N comes (the bytes every
+# layer checkpointed still lacks) does not say whether a larger one fits. A rule that stopped
+# after eight N in a row coming no closer missed GPT-30B's N = 47 at a 122,880-token cap (closest
+# at N = 7, then farther at every N to 46; a review, 2026-11-29), so the search is not cut short
 _TOO_LARGE = 3  # and N values in a row past a pass's budget (epp.ProblemTooLarge)
 _PROBE_TOKENS = 1 << 20
 
@@ -160,7 +160,7 @@ class Planner:
         if num_slices != "auto":
             return self._evaluate(lengths, num_slices)
         best: Planned | None = None
-        worse = too_large = stalled = 0
+        worse = too_large = 0
         longest = max(lengths.values())
         for n in range(1, MAX_SLICES + 1):
             if n > 1 and longest < n * MIN_SLICE_TOKENS:
@@ -182,11 +182,7 @@ class Planner:
                 if worse >= _PATIENCE:
                     break
             elif not math.isfinite(found.estimate_s) and found.shortfall < best.shortfall:
-                best, stalled = found, 0  # nothing fits yet: the N that comes closest, search on
-            elif not math.isfinite(best.estimate_s):  # nothing fits, and no closer
-                stalled += 1
-                if stalled >= _STALL:
-                    break
+                best = found  # nothing fits yet: the N that comes closest, and search on
         return self._evaluate(lengths, best.num_slices if best is not None else MAX_SLICES)
 
     def _evaluate(self, lengths: dict[int, int], num_slices: int, force: bool = True,
