@@ -120,7 +120,7 @@ def _resolve(path: Path, name: str) -> Path:
     parent (validation/regression.toml names scenarios/... from the repository)."""
     folder = path.resolve().parent
     tries = [Path(name), folder / name, folder.parent / name]
-    return next((t for t in tries if t.exists()), tries[-1])
+    return next((t for t in tries if t.is_file()), tries[-1])
 
 
 def _scenarios(path: Path, i: int, case: Case) -> tuple[Any, Any]:
@@ -200,17 +200,18 @@ def evaluate(path: Path, case: Case, scenarios: tuple[Any, Any] | None = None,
             "ok": not problems, "problems": problems, "notes": notes}
 
 
-def write_speedups(path: Path, speedups: list[float]) -> None:
-    """Set each case's ``expected_speedup`` in place; every other byte of the file is kept
-    (comments, order, quoting of ``set`` overrides, a byte order mark, CRLF line ends when every
-    line has them). A case without one gets it appended."""
+def write_speedups(path: Path, speedups: list[float | None]) -> None:
+    """Set each case's ``expected_speedup`` in place (None: leave the case as it is); every other
+    byte of the file is kept (comments, order, quoting of ``set`` overrides, a byte order mark,
+    CRLF line ends when every line has them). A case without one gets it appended."""
     import tomlkit
 
     source = read_text_file(Path(path), "check", "regression TOML file")
     bom = read_input(path, 2).startswith(codecs.BOM_UTF8)  # (which read_text_file drops)
     document = tomlkit.parse(source)
     for table, speedup in zip(document["case"], speedups, strict=True):
-        table["expected_speedup"] = speedup
+        if speedup is not None:
+            table["expected_speedup"] = speedup
     text = tomlkit.dumps(document)
     if "\n" in source and source.count("\r\n") == source.count("\n"):  # the lines tomlkit adds
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")  # end as the file's do
@@ -244,14 +245,18 @@ def run_check(path: Path, *, update: bool = False,
     if update:
         recorded = [_recorded(r["speedup"], c.tolerance) for r, c in zip(rows, cases)]
         write_speedups(path, recorded)
-        rows = [{**r, "expected_speedup": v} for r, v in zip(rows, recorded)]
+        rows = [{**r, "expected_speedup": v if v is not None else r["expected_speedup"]}
+                for r, v in zip(rows, recorded)]
     return rows
 
 
-def _recorded(speedup: float, tolerance: float) -> float:
-    """The speedup as ``--update`` writes it: four decimals, or as many more as a finer
-    tolerance needs for the next check to pass on the same prediction (tolerance 1e-6 failed
-    on 1.2174 recorded for 1.21739; a review), every digit for tolerance 0."""
+def _recorded(speedup: float, tolerance: float) -> float | None:
+    """The speedup as ``--update`` writes it: five significant digits, or as many more as a
+    finer tolerance needs for the next check to pass on the same prediction (tolerance 1e-6
+    failed on 1.2174 recorded for 1.21739; a review), every digit for tolerance 0; None (not
+    recorded: the file refuses it) for a speedup that is not a positive number."""
+    if not (math.isfinite(speedup) and speedup > 0):
+        return None
     if tolerance <= 0:
         return speedup
-    return round(speedup, max(4, math.ceil(-math.log10(tolerance)) + 2))
+    return float(f"{speedup:.{max(5, math.ceil(-math.log10(tolerance)) + 3)}g}")

@@ -168,10 +168,11 @@ def _positions_for(scenario: Scenario, raw: dict[str, Any], length: int) -> dict
     return {**raw, "model": {**raw.get("model", {}), "max_position_embeddings": length}}
 
 
-def positions_note(scenario: Scenario) -> str:
-    """What ``_positions_for`` does, said once per answer (empty when it does nothing)."""
+def positions_note(scenario: Scenario, longest: int) -> str:
+    """What ``_positions_for`` did, said once per answer: empty when no length searched
+    (``longest``) outgrew the table, and on the unit preset (which counts no weights)."""
     rows = scenario.model.max_position_embeddings
-    if scenario.model.arch != "gpt" or not rows:
+    if scenario.model.arch != "gpt" or not 0 < rows < longest or scenario.cluster.device.is_unit:
         return ""
     return (f"the learned position table (model.max_position_embeddings = {rows:,}) is grown "
             "to each length searched, with its weights: training a sequence needs a row per "
@@ -182,15 +183,18 @@ MODES = {"sequence": length_scenario, "workload": workload_scenario}
 
 
 def evaluate(scenario: Scenario, length: int, cost: CostModel, mode: str = "sequence", *,
-             config_errors: bool = False) -> Point:
+             config_errors: bool = False, fresh: bool = False) -> Point:
     """Simulate one sequence of ``length`` tokens per replica (or the workload capped at
     ``length``); a PlanError or a ConfigError from planning (a length the strategy cannot plan)
     counts as not fitting, with its reason. ``config_errors``: raise a ConfigError instead (at the
-    shortest length one is the scenario's fault, not the length's)."""
+    shortest length one is the scenario's fault, not the length's). ``fresh``: price with a cost
+    model of the probe's own (made as ``make_cost_model`` does), so that its warnings are its
+    own; a GPT whose position table grows always gets one."""
     try:
         probe = MODES[mode](scenario, length)
-        if probe.model != scenario.model:  # a GPT's position table grown to the length: its
-            cost = make_cost_model(probe)  # weights are the cost model's to count
+        if fresh or probe.model != scenario.model:  # a cost model of its own: the warnings of
+            cost = make_cost_model(probe)  # this run alone (prices are shared by scope), and a
+            # GPT's position table grown to the length, whose weights it counts
         sim = run(probe, cost=cost)
     except (PlanError, ConfigError) as exc:
         if config_errors and isinstance(exc, ConfigError):
@@ -246,6 +250,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         longest = -(-load_dataset(scenario.workload.dataset).max_tokens // step) * step
         cap_is_longest = max_length >= longest
         max_length = min(max_length, longest)
+    fresh = cost is None  # each probe its own cost model (its own warnings); a caller's is kept
     cost = cost or make_cost_model(scenario)
     if cost.memory_limit_bytes >= NO_LIMIT_BYTES and max_length > MAX_LENGTH - step:
         # the unit preset without a limit: every length fits, and a search to a billion tokens
@@ -265,14 +270,13 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     for key in unused_options(get_strategy(scenario.strategy).parse(options), options):
         del options[key]  # (Seq1F1B's chunk_size under variant "original": not what ran)
     scenario, note = worst_draw(scenario)
-    note = "; ".join(filter(None, (note, positions_note(scenario))))
     points = {} if points is None else points
 
     def probe(length: int) -> Point:
         if length not in points:
             try:
                 points[length] = evaluate(scenario, length, cost, mode,
-                                          config_errors=length == step)
+                                          config_errors=length == step, fresh=fresh)
             except ConfigError as exc:  # at the first length: the scenario's fault, or the step's?
                 if step > 1 and _plans(scenario, 1, cost, mode):
                     raise ConfigError("--step", "a length the strategy can plan", step,
@@ -312,8 +316,9 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
         else:
             hi = mid
     failing = holds(hi) if hi in points else None
+    note = "; ".join(filter(None, (note, positions_note(scenario, max(points, default=0)))))
     if mode == "workload" and lo:  # the draws sampled hold few long sequences, if any
-        alone = evaluate(scenario, lo, cost, "sequence")
+        alone = evaluate(scenario, lo, cost, "sequence", fresh=fresh)
         if not alone.fits:
             note = "; ".join(filter(None, (note, (
                 f"every sampled batch fits at this cut, but one sequence of {lo:,} tokens per "

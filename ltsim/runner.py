@@ -105,7 +105,7 @@ def _unread_keys(scenario: Scenario) -> list[str]:
     """Notes for scenario keys given where nothing reads them (two runs that differ only in them
     run alike): ``seed`` when nothing is sampled, ``parallel.cp_kind`` without CP."""
     notes = []
-    if "seed" in scenario.raw and not scenario.workload.dataset:
+    if scenario.raw.get("seed", 0) != 0 and not scenario.workload.dataset:  # (0: the default)
         given = "lengths" if scenario.workload.lengths else "fixed_length"
         notes.append(f"seed = {scenario.raw['seed']} is not used: workload.{given} is the batch, "
                      "so nothing is sampled")

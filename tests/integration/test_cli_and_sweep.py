@@ -448,6 +448,16 @@ def test_check_update_records_what_the_next_check_passes(tmp_path, capsys, toler
     assert ("expected_speedup = 1.2174\n" in path.read_text()) == (tolerance == 0.05)
 
 
+def test_check_update_records_significant_digits_and_no_speedup_it_cannot():
+    """A review: four decimals wrote 0.0 for a speedup of 4e-5 (which the file then refuses);
+    a speedup that is not a positive number is left unrecorded."""
+    from ltsim.check import _recorded
+
+    assert _recorded(4e-5, 0.05) == 4e-5 and _recorded(1.2173913, 0.05) == 1.2174
+    assert _recorded(1.2173913, 1e-6) == 1.2173913 and _recorded(1.21739131234, 0) == 1.21739131234
+    assert _recorded(0.0, 0.05) is None and _recorded(float("inf"), 0.05) is None
+
+
 def test_check_finds_scenarios_beside_its_file(tmp_path, capsys, monkeypatch):
     """A review: scenarios beside the regression file were looked up only from its folder's
     parent (as validation/regression.toml names scenarios/...)."""

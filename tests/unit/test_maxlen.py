@@ -320,3 +320,13 @@ def test_the_plot_says_tokens_and_draws_no_limit_on_the_unit_preset(quickstart, 
     assert real_ax.get_ylabel() == "peak memory per GPU (GiB)"
     limit, = (line for line in real_ax.lines if line.get_label().startswith("device"))
     assert limit.get_ydata()[0] == real.memory_limit_bytes / 2**30
+
+
+def test_an_answers_warnings_are_its_own_runs(quickstart):
+    """A review: every probe priced with one cost model, so the answer's warnings held lookups
+    of longer probes that failed (SeCO at 2,383,872 tokens: "kv_tokens=4.1943e+06")."""
+    import re
+
+    answer = find_max_length(quickstart, step=4096)
+    seen = [float(x) for w in answer.at.warnings for x in re.findall(r"kv_tokens=([0-9.e+]+)", w)]
+    assert seen and max(seen) <= answer.max_length * (1 + 1e-5)  # (printed to 6 digits)
