@@ -59,13 +59,16 @@ def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[s
 
 def _catalog_shape(model: ModelSpec) -> bool:
     """Whether ``model`` has its catalog namesake's shape, the one a profile's rows of that name
-    timed (depth and dtype aside: the rows are per layer, and chosen by dtype). A preset with
+    timed (depth, dtype and a GPT's position-table rows aside: the rows are per layer, chosen
+    by dtype, and a lookup of the table does not depend on its rows; maxlen grows the table
+    with the length it searches). A preset with
     shape overrides keeps the name, not the shape: its whole-op residuals, the measured time
     less the preset's kernels, cancelled most of a larger vocabulary's cost (MFU 5.7 on the CPU
     preset; found by a fuzzer)."""
     base = CATALOG.get(model.name)
-    return base is not None and replace(base, num_layers=model.num_layers,
-                                        dtype=model.dtype) == model
+    return base is not None and replace(
+        base, num_layers=model.num_layers, dtype=model.dtype,
+        max_position_embeddings=model.max_position_embeddings) == model
 
 
 def _grouped(rows: Table, keys: tuple[str, ...], reduce) -> dict[tuple, float]:

@@ -409,3 +409,16 @@ def test_mfu_is_taken_against_at_least_what_the_profile_measured(capsys, repo):
     assert 0 < result["mfu"] < 1
     # and InfiniPipe's capacity probe (a million tokens, memory only) leaves no lookup warnings
     assert not [w for w in result["warnings"] if "1.04858e+06" in w]
+
+
+def test_a_gpt_position_table_keeps_its_catalog_shape():
+    """maxlen grows a GPT's learned position table with the length; a profile's per-layer
+    whole-op rows of that GPT still apply (a review: the whole model was compared)."""
+    import dataclasses
+
+    from ltsim.costs.eager import _catalog_shape
+    from ltsim.model import CATALOG
+
+    gpt = CATALOG["gpt-7b"]
+    assert _catalog_shape(dataclasses.replace(gpt, max_position_embeddings=1 << 20))
+    assert not _catalog_shape(dataclasses.replace(gpt, hidden_size=4224))
