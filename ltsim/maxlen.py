@@ -162,8 +162,7 @@ def workload_scenario(scenario: Scenario, length: int) -> Scenario:
 def _positions_for(scenario: Scenario, raw: dict[str, Any], length: int) -> dict[str, Any]:
     """``raw`` with a learned position table (arch gpt) of at least ``length`` rows: training a
     sequence that long needs one, and its weights count (``positions_note``)."""
-    rows = scenario.model.max_position_embeddings
-    if scenario.model.arch != "gpt" or not 0 < rows < length:
+    if not scenario.model.positions_short_of(length):
         return raw
     return {**raw, "model": {**raw.get("model", {}), "max_position_embeddings": length}}
 
@@ -171,9 +170,9 @@ def _positions_for(scenario: Scenario, raw: dict[str, Any], length: int) -> dict
 def positions_note(scenario: Scenario, longest: int) -> str:
     """What ``_positions_for`` did, said once per answer: empty when no length searched
     (``longest``) outgrew the table, and on the unit preset (which counts no weights)."""
-    rows = scenario.model.max_position_embeddings
-    if scenario.model.arch != "gpt" or not 0 < rows < longest or scenario.cluster.device.is_unit:
+    if not scenario.model.positions_short_of(longest) or scenario.cluster.device.is_unit:
         return ""
+    rows = scenario.model.max_position_embeddings
     return (f"the learned position table (model.max_position_embeddings = {rows:,}) is grown "
             "to each length searched, with its weights: training a sequence needs a row per "
             "token")

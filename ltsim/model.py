@@ -72,6 +72,11 @@ class ModelSpec:
         """GPT keeps dropout masks (Megatron-LM's default dropout); Llama has none."""
         return self.arch == "gpt"
 
+    def positions_short_of(self, tokens: int) -> bool:
+        """Whether a learned position table is counted (only a GPT's: ``validate`` refuses one
+        on another arch) with fewer rows than ``tokens``: a run that long needs more."""
+        return 0 < self.max_position_embeddings < tokens
+
     @property
     def norm_size(self) -> int:
         """Parameters per norm per hidden unit: RMSNorm 1 (weight), LayerNorm 2 (weight, bias)."""

@@ -123,6 +123,15 @@ def _with_units(columns: Sequence[tuple[str, str, Any]], rows: Sequence[dict[str
 _COMPARE_WARNINGS = 3  # per strategy under compare's table (simulate prints ten)
 
 
+def _warning_lines(where: str, warnings: Sequence[str]) -> list[str]:
+    """A few of a run's warnings under a table of several (compare, maxlen), the rest counted."""
+    lines = [f"warning: {where}: {w}" for w in warnings[:_COMPARE_WARNINGS]]
+    if len(warnings) > _COMPARE_WARNINGS:
+        lines.append(f"warning: {where}: ... and {len(warnings) - _COMPARE_WARNINGS} more "
+                     "(see --json)")
+    return lines
+
+
 def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     rows = compare_rows(results)
     lines = [format_table(rows, _with_units(COMPARE_COLUMNS, rows))]
@@ -136,11 +145,7 @@ def format_compare(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
         if row.get("fits") is False and row.get("fit_reason"):
             lines.append(f"note: {row['label']} does not fit: {row['fit_reason']}")
     for label, d in results:  # what simulate would print under each result, a few per strategy
-        warnings = d.get("warnings", [])
-        lines += [f"warning: {label}: {w}" for w in warnings[:_COMPARE_WARNINGS]]
-        if len(warnings) > _COMPARE_WARNINGS:
-            lines.append(f"warning: {label}: ... and {len(warnings) - _COMPARE_WARNINGS} more "
-                         "(see --json)")
+        lines += _warning_lines(label, d.get("warnings", []))
     return "\n".join(lines)
 
 
@@ -211,10 +216,5 @@ def format_maxlen(scenario: str, answers: Sequence[Any]) -> str:
             lines.append(f"{d['label']}: {d['next_length']:,} tokens do not fit: {d['next_reason']}")
     lines += [f"{d['label']}: {d['note']}" for d in rows if d.get("note")]
     for d in rows:  # the run at the answer's, as simulate would print them (a review: dropped)
-        warnings = d.get("warnings", [])
-        lines += [f"warning: {d['label']} at {d['max_length']:,}: {w}"
-                  for w in warnings[:_COMPARE_WARNINGS]]
-        if len(warnings) > _COMPARE_WARNINGS:
-            lines.append(f"warning: {d['label']}: ... and {len(warnings) - _COMPARE_WARNINGS} "
-                         "more (see --json)")
+        lines += _warning_lines(f"{d['label']} at {d['max_length']:,}", d.get("warnings", []))
     return "\n".join(lines)

@@ -105,10 +105,10 @@ def _unread_keys(scenario: Scenario) -> list[str]:
     """Notes for scenario keys given where nothing reads them (two runs that differ only in them
     run alike): ``seed`` when nothing is sampled, ``parallel.cp_kind`` without CP."""
     notes = []
-    if scenario.raw.get("seed", 0) != 0 and not scenario.workload.dataset:  # (0: the default)
+    if scenario.seed != 0 and not scenario.workload.dataset:  # (0: the default)
         given = "lengths" if scenario.workload.lengths else "fixed_length"
-        notes.append(f"seed = {scenario.raw['seed']} is not used: workload.{given} is the batch, "
-                     "so nothing is sampled")
+        notes.append(f"seed = {scenario.seed} is not used: workload.{given} is the batch, so "
+                     "nothing is sampled")
     kind = scenario.raw.get("parallel", {}).get("cp_kind")
     if kind is not None and scenario.parallel.cp == 1:
         notes.append(f'parallel.cp_kind = "{kind}" is not used: parallel.cp = 1 (no context '
@@ -119,10 +119,10 @@ def _unread_keys(scenario: Scenario) -> list[str]:
 def _position_table_note(model, batches) -> list[str]:
     """A learned position table (arch gpt) shorter than the longest sequence: a run needs one of
     that many rows (FlexSP sizes it to its sequence limit), whose parameters are not counted."""
-    rows = model.max_position_embeddings if model.arch == "gpt" else 0
     longest = max((max(batch, default=0) for batch in batches), default=0)
-    if not 0 < rows < longest:
+    if not model.positions_short_of(longest):
         return []
+    rows = model.max_position_embeddings
     return [f"model.max_position_embeddings = {rows} is below the longest sequence ({longest:,} "
             "tokens): training it needs a learned position table of that many rows, whose "
             f"parameters ({(longest - rows) * model.hidden_size:,} more) are not counted; set "

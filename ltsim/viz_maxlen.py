@@ -49,10 +49,8 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
         ax.set_xscale("log", base=2)
         ax.set_xlabel("workload cut at (tokens)" if answer.mode == "workload"
                       else "sequence length (tokens)")
-        binds = answer.binds
-        why = (binds.removeprefix("none: ") if binds.startswith("none: ")
-               else "nothing binds" + binds.removeprefix("none") if binds.startswith("none")
-               else f"{binds} binds")
+        binds = answer.binds  # ("none ..." when nothing failed)
+        why = f"{binds} binds" if answer.failing is not None else "nothing binds" + binds[4:]
         ends = "; solid line" if answer.max_length else ""
         ax.set_title(f"{answer.strategy}: max {answer.max_length:,} tokens\n({why}{ends})",
                      fontsize=9)
