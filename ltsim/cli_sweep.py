@@ -20,8 +20,8 @@ TABLE_ROWS = 20  # the table's rows without --top (--json prints every row)
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Expand the grid, evaluate, print the ranking, plot the heatmap."""
-    from ltsim.planner import (check_executor, check_one_kind_of_hardware, expand_grid, rank,
-                               run_sweep)
+    from ltsim.grid import expand_grid
+    from ltsim.planner import check_executor, check_one_kind_of_hardware, rank, run_sweep
     from ltsim.report import format_sweep, to_json
     from ltsim.overrides import WORKLOAD_SOURCES
     from ltsim.scenario import load_scenario

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ltsim.cli import main
-from ltsim.planner import expand_grid, run_sweep
+from ltsim.grid import expand_grid
+from ltsim.planner import run_sweep
 from ltsim.scenario import load_scenario
 from ltsim.sweepstore import SweepStore
 

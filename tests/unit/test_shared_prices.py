@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ltsim.planner import evaluate_point, expand_grid
+from ltsim.grid import evaluate_point, expand_grid
 from ltsim.profiles import PROFILES_DIR, Profile
 from ltsim.runner import make_cost_model, simulate
 from ltsim.scenario import load_scenario

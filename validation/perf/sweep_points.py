@@ -25,7 +25,7 @@ ROOT = Path(_ARGS[0]).resolve() if _ARGS else Path(__file__).resolve().parents[2
 sys.path.insert(0, str(ROOT))
 
 from ltsim import planner  # noqa: E402
-from ltsim.planner import evaluate_point, expand_grid  # noqa: E402
+from ltsim.grid import evaluate_point, expand_grid  # noqa: E402
 from ltsim.scenario import load_scenario  # noqa: E402
 from ltsim.sim import engine  # noqa: E402
 from ltsim.strategies import chunkflow  # noqa: E402
