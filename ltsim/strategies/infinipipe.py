@@ -66,8 +66,9 @@ MIN_SLICE_TOKENS = 128  # nor does it cut slices shorter (kernels there are laun
 _PATIENCE = 2  # N values in a row without improvement that end the search
 # While no N fits, the search goes on (to MAX_SLICES): how close an N comes (the bytes every
 # layer checkpointed still lacks) does not say whether a larger one fits. A rule that stopped
-# after eight N in a row coming no closer missed GPT-30B's N = 47 at a 122,880-token cap (closest
-# at N = 7, then farther at every N to 46; a review, 2026-11-29), so the search is not cut short
+# after eight N in a row coming no closer planned GPT-30B at a 118,784-token cap with N = 8,
+# 38.70 GiB of 37.14, where N = 24 fits (36.83 GiB; `--set workload.max_length=118784` on its
+# InfiniPipe scenario, 2026-11-29), so the search is not cut short
 _TOO_LARGE = 3  # and N values in a row past a pass's budget (epp.ProblemTooLarge)
 _PROBE_TOKENS = 1 << 20
 
