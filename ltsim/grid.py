@@ -11,7 +11,7 @@ import shlex
 from typing import Any, Iterable
 
 from ltsim.errors import ConfigError, LtsimError
-from ltsim.overrides import apply_overrides, parse_override
+from ltsim.overrides import apply_overrides, parse_override, strategy_option_names
 from ltsim.scenario import build_scenario, check_override_key
 
 # 9-41 minutes at the 2,466-11,344 plans per minute measured on a 2-core machine
@@ -132,10 +132,18 @@ def _from_grid(exc: ConfigError, overrides: dict[str, Any]) -> ConfigError:
         return exc
     where = f"given by --grid {exc.key}"
     fix = exc.fix
-    if "strategy.name" in overrides and exc.key.startswith("strategy.") and "an option of" in exc.rule:
-        option = exc.key.removeprefix("strategy.")
+    option = exc.key.removeprefix("strategy.")
+    if "strategy.name" in overrides and option != exc.key and not _takes(overrides, option):
         fix = (f"sweep {exc.key} over the strategies that take it, or compare strategies each "
                f"with its own options (ltsim compare {shlex.quote(exc.source or 'FILE')} "
                f"--strategies {overrides['strategy.name']},NAME:{option}=VALUE)")
     return ConfigError(exc.key, exc.rule, exc.value, fix, source=exc.source,
                        context=f"{exc.context}; {where}" if exc.context else where)
+
+
+def _takes(overrides: dict[str, Any], option: str) -> bool:
+    """Whether the point's strategy takes ``option`` (an unknown strategy takes none)."""
+    try:
+        return option in strategy_option_names(overrides["strategy.name"])
+    except ConfigError:
+        return False
