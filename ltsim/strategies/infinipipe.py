@@ -166,8 +166,9 @@ class Planner:
         for n in range(1, MAX_SLICES + 1):
             if n > 1 and longest < n * MIN_SLICE_TOKENS:
                 break
-            try:
-                found = self._evaluate(lengths, n, force=False, relax=True)
+            try:  # (while nothing fits, each N first tries its longest unit alone)
+                found = self._evaluate(lengths, n, force=False, relax=True,
+                                       probe=best is not None and not math.isfinite(best.estimate_s))
             except epp.ProblemTooLarge:  # past a pass's budget: a larger N may make less (the
                 too_large += 1  # pairs dip where the chunking changes, and an N that needs no
                 if too_large >= _TOO_LARGE:  # checkpointing solves no LP), so search on, but
@@ -184,10 +185,15 @@ class Planner:
                     break
             elif not math.isfinite(found.estimate_s) and found.shortfall < best.shortfall:
                 best = found  # nothing fits yet: the N that comes closest, and search on
-        return self._evaluate(lengths, best.num_slices if best is not None else MAX_SLICES)
+        return self._evaluate(lengths, best.num_slices if best is not None else MAX_SLICES,
+                              probe=best is None or not math.isfinite(best.estimate_s))
 
     def _evaluate(self, lengths: dict[int, int], num_slices: int, force: bool = True,
-                  relax: bool = False) -> Planned | None:
+                  relax: bool = False, probe: bool = False) -> Planned | None:
+        """The chunks and pipelines of ``num_slices`` N (None: a chunk past the capacity, unless
+        ``force``); ``relax``: the pipelines priced on LP relaxations only. ``probe``: first ask
+        whether the longest unit fits as a pipeline of its own (``_alone_fits``), and when it
+        does not, skip the grouping, which then cannot fit either."""
         raw = self.make_units(self.costs, self.capacity, lengths, num_slices)
         chunks: list[tuple[Slice, ...]] = []
         units: list[list[int]] = []
@@ -205,7 +211,9 @@ class Planner:
         self.log.new_pass()  # the DP's problems together at most epp.MAX_WINDOW_PAIRS
         kwargs = dict(mode=self.mode, warmup=self.warmup, time_limit_s=self.time_limit_s,
                       log=self.log, max_layers=self.costs.max_ckpt_layers)
-        if self.grouping:  # the DP's ranges priced on LP relaxations (every range, one call)
+        if probe and not self._alone_fits(units, costs, tokens, kwargs):
+            pipes, total = [], math.inf
+        elif self.grouping:  # the DP's ranges priced on LP relaxations (every range, one call)
             pipes, total = epp.group(units, costs, self.budgets, tokens, relax=True, **kwargs)
         else:
             pipes = epp.solve_range(units, costs, self.budgets, tokens, relax=True, **kwargs)
@@ -229,6 +237,18 @@ class Planner:
         busy = sum(c.fwd_s + c.bwd_s for c in costs.values())
         return Planned(tuple(chunks), tuple(map(tuple, units)), tuple(pipes), num_slices,
                        busy + total)
+
+    def _alone_fits(self, units: list[list[int]], costs: dict, tokens: dict[int, int],
+                    kwargs: dict) -> bool:
+        """Whether the longest unit (``epp.sort_longest_first``'s first) fits as a pipeline of
+        its own, by the LP relaxation the grouping prices ranges on. When it does not, no
+        grouping fits (the DP's cost and solve_range's are infinite): a pipeline that also holds
+        other units starts with it (longest first), so its windows hold its chunks and more,
+        against the same budgets. One LP instead of the DP's n(n+1)/2 ranges, which took GPT-30B
+        at a 131,072-token cap, where no N fits, 272 s over N = 1 to 64 (9 s since)."""
+        longest = epp.sort_longest_first(units, tokens)[:1]
+        return math.isfinite(epp.solve_pipeline(longest, costs, self.budgets, tokens, relax=True,
+                                                **kwargs).cost_s)
 
 
 def chunk_actions(ids: tuple[int, ...], i: int, c: int, keep: Keep, device: int, stage: int,
