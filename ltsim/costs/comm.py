@@ -28,6 +28,7 @@ across nodes), cannot reach.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -42,6 +43,29 @@ from ltsim.profiles import Profile
 from ltsim.units import dtype_bytes
 
 FP32_BYTES = 4
+
+
+def cards_s(profile: Profile, op: str, n: int, nodes: int, nbytes: float) -> float:
+    """The least time of an inter-node collective of ``n`` ranks over ``nodes`` nodes: one card's
+    point-to-point time for its share of what leaves each node (module docstring); 0 when the
+    profile has no inter-node send_recv rows."""
+    if not profile.has_collective_rows("send_recv", "inter"):
+        return 0.0
+    per_node = -(-n // nodes)
+    leaving = (n - per_node) / n if op == "all_to_all" else bus_factor(op, n)
+    return profile.collective_time_s("send_recv", group_size=2, scope="inter",
+                                     num_bytes=int(leaving * nbytes / per_node))
+
+
+def group_nodes(size: int, cluster: ClusterSpec) -> int:
+    """The most nodes one group of ``size`` consecutive GPU ranks spans (the groups [k size,
+    (k + 1) size): a tensor-parallel group, whose ranks come first in the layout's order); more
+    than ceil(size / gpus_per_node) when ``size`` and gpus_per_node do not divide one another
+    and a group straddles a node boundary."""
+    gpn = cluster.gpus_per_node
+    period = math.lcm(size, gpn) // size  # the groups repeat their placement after this many
+    count = min(max(cluster.num_devices // size, 1), period)
+    return max(((k + 1) * size - 1) // gpn - k * size // gpn + 1 for k in range(count))
 
 
 class CommCosts:
@@ -108,15 +132,7 @@ class CommCosts:
         return q, (nbytes - 2 * q) / 2, (nbytes - 2 * q) / 2, q
 
     def _cards_s(self, op: str, n: int, nodes: int, nbytes: float) -> float:
-        """The least time of an inter-node collective of ``n`` ranks over ``nodes`` nodes: one
-        card's point-to-point time for its share of what leaves each node (module docstring);
-        0 when the profile has no inter-node send_recv rows."""
-        if not self.profile.has_collective_rows("send_recv", "inter"):
-            return 0.0
-        per_node = -(-n // nodes)
-        leaving = (n - per_node) / n if op == "all_to_all" else bus_factor(op, n)
-        return self.profile.collective_time_s("send_recv", group_size=2, scope="inter",
-                                              num_bytes=int(leaving * nbytes / per_node))
+        return cards_s(self.profile, op, n, nodes, nbytes)
 
     def payload(self, comm: Comm) -> tuple[float, int]:
         """(bytes of one collective call, number of calls)."""

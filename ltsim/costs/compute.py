@@ -44,6 +44,7 @@ from operator import sub
 import numpy as np
 
 import ltsim.memory as mem
+from ltsim.costs.comm import cards_s, group_nodes
 from ltsim.costs.eager import eager_costs
 from ltsim.hardware import ClusterSpec
 from ltsim.lookup import interp_at
@@ -293,15 +294,25 @@ class ComputeCosts:
         rerun = mlp[0][0] + mlp[1][0] + self._activation_s(tokens, tp) if tiled_mlp else 0.0
         if tp == 1:
             return gemm, elem_fwd, elem_bwd, 0.0, rerun
-        act_bytes = tokens * h * self.e
-        scope = "intra" if tp <= self.cluster.gpus_per_node else "inter"
-        coll = self.profile.collective_time_s
+        act_bytes = int(tokens * h * self.e)
         if sp:
-            comm = 2 * (coll("all_gather", group_size=tp, scope=scope, num_bytes=int(act_bytes))
-                        + coll("reduce_scatter", group_size=tp, scope=scope, num_bytes=int(act_bytes)))
+            comm = 2 * (self._tp_call_s("all_gather", tp, act_bytes)
+                        + self._tp_call_s("reduce_scatter", tp, act_bytes))
         else:
-            comm = 2 * coll("all_reduce", group_size=tp, scope=scope, num_bytes=int(act_bytes))
+            comm = 2 * self._tp_call_s("all_reduce", tp, act_bytes)
         return gemm, elem_fwd, elem_bwd, comm, rerun
+
+    def _tp_call_s(self, op: str, tp: int, nbytes: int) -> float:
+        """One tensor-parallel collective of a layer: the intra-node rows when every TP group
+        is inside a node, else the inter-node rows, never faster than the ranks' network cards
+        allow (costs/comm.py), for the group that spans the most nodes (``group_nodes``)."""
+        nodes = group_nodes(tp, self.cluster)
+        if nodes == 1:
+            return self.profile.collective_time_s(op, group_size=tp, scope="intra",
+                                                  num_bytes=nbytes)
+        return max(self.profile.collective_time_s(op, group_size=tp, scope="inter",
+                                                  num_bytes=nbytes),
+                   cards_s(self.profile, op, tp, nodes, nbytes))
 
     def _elementwise_s(self, tokens: int, tp: int) -> tuple[float, float]:
         """Norms, residual adds, RoPE and the MLP activation of one layer (forward, backward):

@@ -276,6 +276,37 @@ def test_an_inter_node_collective_is_no_faster_than_its_ranks_network_cards():
     assert len(keys) == 3
 
 
+@pytest.mark.parametrize("gpus_per_node,nodes", [(8, 1), (1, 4), (2, 2), (6, 2), (3, 2)])
+def test_a_tensor_parallel_layer_collective_is_no_faster_than_its_ranks_cards(gpus_per_node,
+                                                                             nodes):
+    # tp = 4: one node of 8 reads the intra-node rows; a group across nodes the inter-node
+    # rows, floored by the cards as the other collectives are (a review: 4 ranks on 4 nodes
+    # read 0.341 ms for a 58.7 MB all-gather, which one card each moves in 1.333 ms); with 6 or
+    # 3 GPUs a node some group of 4 consecutive ranks straddles two nodes, and prices them
+    from ltsim.costs.comm import cards_s, group_nodes
+
+    spec = get_model("qwen2.5-7b")
+    cluster = ClusterSpec(device=get_device("h100-sxm5-80gb"), num_nodes=12 // gpus_per_node
+                          if gpus_per_node in (6, 3) else 8 // gpus_per_node,
+                          gpus_per_node=gpus_per_node)
+    assert group_nodes(4, cluster) == nodes
+    compute = TableCostModel(spec, cluster)._compute
+    profile = compute.profile
+    tokens = 8192
+    nbytes = tokens * spec.hidden_size * 2
+    comm = compute._layer_s(tokens, 4, True)[3]
+    scope = "intra" if nodes == 1 else "inter"
+
+    def call(op):
+        table = profile.collective_time_s(op, group_size=4, scope=scope, num_bytes=nbytes)
+        return table if nodes == 1 else max(table, cards_s(profile, op, 4, nodes, nbytes))
+
+    assert comm == pytest.approx(2 * (call("all_gather") + call("reduce_scatter")))
+    if nodes > 1:  # the cards bind
+        assert cards_s(profile, "all_gather", 4, nodes, nbytes) > profile.collective_time_s(
+            "all_gather", group_size=4, scope="inter", num_bytes=nbytes)
+
+
 def test_ulysses_makes_four_all_to_alls_a_layer_each_with_its_latency():
     # DeepSpeed's and ALST's Ulysses layers call all-to-all for Q, K and V and the output back,
     # one by one: four latencies a layer, not one (a review: at 8K tokens over 32 layers one
