@@ -307,6 +307,11 @@ class ComputeCosts:
         is inside a node, else the inter-node rows, never faster than the ranks' network cards
         allow (costs/comm.py), for the group that spans the most nodes (``group_nodes``)."""
         nodes = group_nodes(tp, self.cluster)
+        gpn = self.cluster.gpus_per_node
+        if nodes > -(-tp // gpn):
+            self.profile.note(f"parallel.tp = {tp} and hardware.gpus_per_node = {gpn} do not "
+                              f"divide one another: a TP group straddles {nodes} nodes, and "
+                              "every layer's TP collectives are priced as that group's")
         if nodes == 1:
             return self.profile.collective_time_s(op, group_size=tp, scope="intra",
                                                   num_bytes=nbytes)

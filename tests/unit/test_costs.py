@@ -290,7 +290,8 @@ def test_a_tensor_parallel_layer_collective_is_no_faster_than_its_ranks_cards(gp
                           if gpus_per_node in (6, 3) else 8 // gpus_per_node,
                           gpus_per_node=gpus_per_node)
     assert group_nodes(4, cluster) == nodes
-    compute = TableCostModel(spec, cluster)._compute
+    cost = TableCostModel(spec, cluster)
+    compute = cost._compute
     profile = compute.profile
     tokens = 8192
     nbytes = tokens * spec.hidden_size * 2
@@ -305,6 +306,8 @@ def test_a_tensor_parallel_layer_collective_is_no_faster_than_its_ranks_cards(gp
     if nodes > 1:  # the cards bind
         assert cards_s(profile, "all_gather", 4, nodes, nbytes) > profile.collective_time_s(
             "all_gather", group_size=4, scope="inter", num_bytes=nbytes)
+    straddles = [w for w in cost.warnings() if "do not divide one another" in w]
+    assert bool(straddles) == (gpus_per_node == 6)  # (4 ranks need two nodes of 3 anyway)
 
 
 def test_ulysses_makes_four_all_to_alls_a_layer_each_with_its_latency():
