@@ -32,6 +32,7 @@ ltsim.lookup and ltsim.collectives); lookups outside the tables are recorded as 
 from __future__ import annotations
 
 import copy
+import os
 from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -82,7 +83,7 @@ _PACKAGE = Path(__file__).resolve().parent
 # repository's profiles/ to ltsim/_profiles); in a checkout they are the repository's profiles/.
 PROFILES_DIR = (_PACKAGE / "_profiles" if (_PACKAGE / "_profiles").is_dir()
                 else _PACKAGE.parent / "profiles")
-_CACHE: dict[tuple[Path, str], "Profile"] = {}
+_CACHE: dict[tuple[Path, str], tuple[tuple, "Profile"]] = {}  # -> (its files' stamp, profile)
 _CACHE_ENTRIES = 200_000  # lookups remembered per Profile
 _HOW = {ABOVE: ("above measured max", "extrapolated at constant throughput"),
         BELOW: ("below measured min", "held at the smallest measured point")}
@@ -153,10 +154,32 @@ def load_profile(directory: str | Path, *, attention_kernel: str | None = None) 
     """
     path = resolve_profile(directory)
     key = (path, attention_kernel or "")
-    if key not in _CACHE:  # parsed once per process, and once per edit across commands
-        _CACHE[key] = profile_cache.cached(path, key[1], lambda: Profile(
-            path, attention_kernel=attention_kernel), Profile)
-    return _CACHE[key]
+    stamp = _stamp(path)
+    found = _CACHE.get(key)
+    if found is None or found[0] != stamp:  # parsed once per edit, in a process and across them
+        _CACHE[key] = found = (stamp, profile_cache.cached(path, key[1], lambda: Profile(
+            path, attention_kernel=attention_kernel), Profile))
+    return found[1]
+
+
+def _stamp(path: Path) -> tuple:
+    """Name, size, modification time and inode of each file of a profile folder: what tells
+    ``load_profile``'s in-process cache that a table was edited since it was parsed (a notebook
+    that rewrites a profile, then simulates again), as the disk cache's digest of their bytes
+    does across commands. A stat per file, not a read."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        try:
+            info = os.stat(path / name)
+        except OSError:
+            out.append((name,))
+            continue
+        out.append((name, info.st_size, info.st_mtime_ns, info.st_ino))
+    return tuple(out)
 
 
 def _stand_in(dtype: str, dtypes: tuple[str, ...]) -> str:

@@ -71,8 +71,8 @@ class ComputeCosts:
         # buffer, torch's .grad); fp32 main gradients are taken to be accumulated inside the wgrad
         # GEMM (Megatron-LM's gradient_accumulation_fusion, its default)
         self.accumulate_grads = accumulate_grads
-        self._elementwise = _elementwise_curves(str(profile.path))
-        self._floor, _, borrowed = eager_costs(str(profile.path), model)
+        self._elementwise = _elementwise_curves(str(profile.path), profile.tables)
+        self._floor, _, borrowed = eager_costs(str(profile.path), model, profile.tables)
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
         # memos that make their values' lookup notes again on every hit (Profile.memo): what an
@@ -390,9 +390,9 @@ class ComputeCosts:
 
 
 @lru_cache(maxsize=16)  # per profile, as load_profile caches the profile (a sweep builds many models)
-def _elementwise_curves(directory: str) -> dict[tuple[str, int, str], tuple]:
+def _elementwise_curves(directory: str, tables: object) -> dict[tuple[str, int, str], tuple]:
     """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
-    profile has one."""
+    profile has one (``tables``: the Profile's, a key only, as ``eager_costs``'s)."""
     table = read_optional_rows(directory, "elementwise")
     if table is None:
         return {}

@@ -229,10 +229,11 @@ class OptimizerRate:
 
 
 @lru_cache(maxsize=64)
-def eager_costs(directory: str, model: ModelSpec
+def eager_costs(directory: str, model: ModelSpec, tables: object = None
                 ) -> tuple[EagerFloor | None, OptimizerRate | None, tuple[str, ...]]:
     """The profile's eager floor and optimizer rate for ``model`` (None where it has no table),
-    and notes on rows borrowed from another model; read once per profile and model."""
+    and notes on rows borrowed from another model; read once per profile and model (``tables``:
+    the Profile's ``tables``, a key only: a profile edited and loaded again is read again)."""
     notes: list[str] = []
     floor = EagerFloor.from_profile(directory, model, notes)
     rate = OptimizerRate.from_profile(directory, model, notes)

@@ -103,7 +103,8 @@ class TableCostModel:
         self.working_sets = working_sets  # False: count only buffers (see validate.bare_cost_model)
         self._compute = ComputeCosts(model, cluster, self.profile,
                                      accumulate_grads=grad_dtype == "model")
-        _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model)
+        _, self._optimizer_rate, _ = eager_costs(str(self.profile.path), model,
+                                                  self.profile.tables)
         self._comm = CommCosts(model, cluster, self.profile, self._buffers.bytes)
         self._flops = _flops_table(model)  # (tokens, context) -> model_flops term
 

@@ -188,3 +188,36 @@ def test_every_module_a_cached_profile_holds_objects_of_keys_the_cache():
 
     Recorder(io.BytesIO()).dump(Profile(PROFILES_DIR / "h100-sxm5-80gb"))
     assert modules and modules <= set(profile_cache._SOURCES), modules - set(profile_cache._SOURCES)
+
+
+def _scaled(table, factor: float) -> None:
+    """Every time_s of a CSV table times ``factor``."""
+    lines = table.read_text().splitlines()
+    column = lines[0].split(",").index("time_s")
+    table.write_text("\n".join([lines[0]] + [
+        ",".join(repr(float(v) * factor) if i == column else v
+                 for i, v in enumerate(line.split(","))) for line in lines[1:]]) + "\n")
+
+
+def test_a_profile_edited_in_a_session_is_read_again(profile_dir, cache, monkeypatch):
+    """A notebook that rewrites a table and simulates again: the process kept the first parse
+    by path (a gemm.csv ten times slower still read the old times, and a sweep store filed
+    them under the new files' digest). The in-process cache checks the files' stamps, and the
+    eager floor read by path is keyed by the Profile it goes with."""
+    from ltsim.costs.table import TableCostModel
+    from ltsim.hardware import ClusterSpec, get_device
+    from ltsim.model import get_model
+
+    monkeypatch.setattr(profiles, "_CACHE", {})
+    first = profiles.load_profile(profile_dir)
+    assert profiles.load_profile(profile_dir) is first  # unchanged: no parse
+    before = first.gemm_time_s(64, 64, 64, "fp32")
+    _scaled(profile_dir / "gemm.csv", 10)
+    again = profiles.load_profile(profile_dir)
+    assert again is not first
+    assert again.gemm_time_s(64, 64, 64, "fp32") == pytest.approx(10 * before)
+    cluster = ClusterSpec(device=get_device("cpu"), gpus_per_node=1, profile=str(profile_dir))
+    model = get_model("llama-tiny")
+    floor = TableCostModel(model, cluster)._compute._floor
+    _scaled(profile_dir / "eager.csv", 3)
+    assert TableCostModel(model, cluster)._compute._floor != floor
