@@ -268,6 +268,10 @@ def read_rows(directory: str | Path, name: str) -> Table:
     if not records:
         raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}")
     columns = records[0]
+    twice = next((i for i, c in enumerate(columns) if c in columns[:i]), None)
+    if twice is not None:  # the last copy's values were read, the others dropped
+        raise ProfileError(f"{path}: table '{name}' names a column twice in its header (fields "
+                           f"{columns.index(columns[twice]) + 1} and {twice + 1}). {fix}")
     uneven = next((r for r in records[1:] if len(r) != len(columns)), None)
     if uneven is not None:
         raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
@@ -399,6 +403,36 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                "profiler for this table")
     if name in ("gemm", "gemm_bwd"):
         _check_gemm_rate(name, frame, source)
+    _check_repeats(name, frame, source)
+
+
+# what a row records of its measurement rather than of what was measured: rows equal in every
+# other column are one point measured more than once
+MEASUREMENT_COLUMNS = ("time_s", "time_s_spread", "repeats", "method", "source",
+                       "algbw_bytes_per_s")
+MAX_REPEAT_RATIO = 1.5  # the most a point's repeated measurements may disagree (slowest/fastest)
+
+
+def _check_repeats(name: str, frame: "pd.DataFrame | Table", source: str) -> None:
+    """A point measured more than once must agree with itself within ``MAX_REPEAT_RATIO``: the
+    lookups combine repeats (a geometric mean, a median or the larger, by table), so a repeat
+    ten times slower moved a GEMM's time 4x without a word. The rows are named, never values."""
+    if "time_s" not in frame.columns:
+        return
+    keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS]
+    first: dict[tuple, int] = {}
+    for row, (key, seconds) in enumerate(zip(zip(*(frame[c] for c in keys)), frame["time_s"])):
+        seen = first.setdefault(key, row)
+        if seen == row:
+            continue
+        a, b = sorted((_number(frame["time_s"][seen]), _number(seconds)))
+        if b > MAX_REPEAT_RATIO * a:
+            raise ProfileError(
+                f"{source}: table '{name}' measures one point twice with times more than "
+                f"{MAX_REPEAT_RATIO:g}x apart (data rows {seen + 1} and {row + 1}, equal in every "
+                f"column but {', '.join(c for c in MEASUREMENT_COLUMNS if c in frame.columns)}). "
+                "Fix: keep one row per point (the measurement you trust), or re-run the profiler "
+                f"for {name}")
 
 
 def _floats(column: Any) -> "np.ndarray":

@@ -216,6 +216,43 @@ def test_a_gemm_row_faster_than_any_gpu_is_refused(tmp_path, table):
         Profile(directory) if table == "gemm" else read_optional_rows(directory, table)
 
 
+@pytest.mark.parametrize("table,factor,refused", [
+    ("gemm", 100.0, True), ("collectives", 100.0, True), ("attention", 1 / 100, True),
+    ("gemm", 1.2, False), ("host_copy", 100.0, True)])
+def test_a_point_measured_twice_must_agree_with_itself(tmp_path, table, factor, refused):
+    """A fuzzing review: a row repeated at 100x its time was combined without a word, by each
+    table its own way (the geometric mean in GEMM's, spreading 4x into its neighbours; the
+    larger in attention's; the median in host_copy's). Repeats within 1.5x (noise) still
+    read; further apart the rows are named."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    frame = read_table(directory, table)
+    repeat = frame.iloc[[3]].copy()
+    repeat["time_s"] = repeat["time_s"] * factor
+    pd.concat([frame, repeat]).to_csv(directory / f"{table}.csv", index=False)
+    from ltsim.profile_files import read_optional_rows
+
+    if refused:
+        with pytest.raises(ProfileError, match=rf"table '{table}' measures one point twice .* "
+                                               rf"\(data rows 4 and {len(frame) + 1},"):
+            read_optional_rows(directory, table)
+    else:
+        assert len(read_optional_rows(directory, table)) == len(frame) + 1
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    """A header naming time_s twice read the last copy (a column of 5 s: MFU 0%)."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    lines = (directory / "gemm.csv").read_text().splitlines()
+    (directory / "gemm.csv").write_text("\n".join([lines[0] + ",time_s"]
+                                                  + [line + ",5" for line in lines[1:]]) + "\n")
+    fields = len(lines[0].split(","))
+    with pytest.raises(ProfileError, match=rf"names a column twice in its header \(fields \d+ "
+                                           rf"and {fields + 1}\)"):
+        Profile(directory)
+
+
 def test_a_causal_attention_row_with_more_queries_than_keys(tmp_path):
     # a (kernel, pass) group of only such rows was a ValueError in the lookup; one beside valid
     # rows was dropped silently
