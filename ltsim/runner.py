@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ltsim.costs import CostModel, UnitCostModel
@@ -79,7 +79,17 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
                     num_gpus=scenario.parallel.world_size, peak_flops_per_s=cost.peak_flops_per_s,
                     warnings=(*notes, *cost.warnings()),
                     unit_costs=scenario.cluster.device.is_unit)
+    if (result.mfu or 0.0) > 1.0:  # a profile faster than the preset's peak: units, or a preset
+        result = replace(result, warnings=(*result.warnings, _above_peak(result)))
     return Simulation(result, tuple(plans), tuple(traces))
+
+
+def _above_peak(result: Result) -> str:
+    """The warning for an MFU above 1: the model's FLOPs ran faster than the peak allows."""
+    return (f"MFU {result.mfu:.0%} is above 100%: the ops ran faster than the peak of "
+            f"{result.peak_flops_per_s / 1e12:.3g} TFLOP/s per GPU (the preset's; on a CPU, the "
+            "profile's fastest GEMM); check that the profile's time_s columns are in seconds "
+            "and that hardware.preset is the device the profile measured")
 
 
 def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContext, Any, list[str]]:

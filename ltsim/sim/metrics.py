@@ -112,15 +112,21 @@ class Result:
         return (f"device {worst} needs {need} GiB of host memory, the limit is {limit} GiB "
                 "per GPU")
 
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs over the batches' time at the preset's peak (None without a peak or FLOPs)."""
+        total_time = float(self.iteration_times_s.sum())
+        flops = sum(b.model_flops for b in self.batches)
+        if self.peak_flops_per_s > 0 and flops > 0 and total_time > 0:
+            return flops / (total_time * self.num_gpus * self.peak_flops_per_s)
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         times = self.iteration_times_s
         total_time = float(times.sum())
         tokens = sum(b.num_tokens for b in self.batches)
-        flops = sum(b.model_flops for b in self.batches)
         busy = sum(b.busy_s for b in self.batches)
-        mfu = None
-        if self.peak_flops_per_s > 0 and flops > 0 and total_time > 0:
-            mfu = flops / (total_time * self.num_gpus * self.peak_flops_per_s)
+        mfu = self.mfu
         peaks = self.peak_memory_bytes_per_device
         return {
             "scenario": self.scenario, "strategy": self.strategy,
