@@ -404,6 +404,25 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
     if name in ("gemm", "gemm_bwd"):
         _check_gemm_rate(name, frame, source)
     _check_repeats(name, frame, source)
+    if name == "eager":
+        _check_eager(frame, source)
+
+
+def _check_eager(frame: "pd.DataFrame | Table", source: str) -> None:
+    """An FB row (forward and backward) takes longer than the F row of the same point: B = FB - F
+    (costs/eager.py), so FB <= F made every backward's floor 0 s without a word."""
+    keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS and c != "op"]
+    forward: dict[tuple, tuple[int, float]] = {}
+    rows = list(zip(frame["op"], zip(*(frame[c] for c in keys)), map(_number, frame["time_s"])))
+    for row, (op, key, seconds) in enumerate(rows):
+        if op == "F":
+            forward.setdefault(key, (row, seconds))
+    for row, (op, key, seconds) in enumerate(rows):
+        found = forward.get(key) if op == "FB" else None
+        if found is not None and seconds <= found[1]:
+            raise ProfileError(f"{source}: table 'eager' must time an FB row (forward and "
+                               f"backward) above the F row of its point (data row {row + 1} is "
+                               f"not above row {found[0] + 1}). Fix: re-run the profiler for eager")
 
 
 # what a row records of its measurement rather than of what was measured: rows equal in every

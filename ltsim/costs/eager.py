@@ -119,7 +119,11 @@ class EagerFloor:
              _grouped(rows, ("op", "layers"), min).items()}
         try:
             measured = {op: {n: t[(op, n)] for n in (1, 2)} for op in ("F", "F_discard", "FB")}
-        except KeyError:
+        except KeyError:  # kernels alone, said (it was silent)
+            notes.append(f"eager.csv has no F, F_discard and FB rows at both 1 and 2 layers for "
+                         f"{rows['model'][0]} (a middle stage, no context): ops are priced by "
+                         "their kernels alone, without the eager floor; re-run the profiler's "
+                         "eager table to use one")
             return None
         backward = {n: measured["FB"][n] - measured["F"][n] for n in (1, 2)}
         forward = _line(measured["F"])

@@ -14,10 +14,13 @@ import pytest
 
 from ltsim.costs.eager import EagerFloor, OptimizerRate, eager_costs
 from ltsim.costs.table import TableCostModel
+from ltsim.errors import ProfileError
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.model import get_model
 from ltsim.plan import Device, Keep, OpKind, Slice, Split, Work
+from ltsim.profile_files import read_optional_rows
 from ltsim.profiles import write_table
+from tests.conftest import REPO
 
 # whole-op seconds at 1 and 2 layers: F = 1 + 2 L ms, F_discard = 0.5 + 2 L, B = 2 + 3 L,
 # R = 1 + 1.5 L, so FB = F + B and FdRB = F_discard + R + B; the 64-token rows take 3x as long
@@ -273,3 +276,32 @@ def test_ring_cp_iteration_does_not_shorten_as_sequences_grow(repo):
         f"workload.fixed_length={n}"])).batches[0].iteration_time_s for n in (2048, 4096, 6144,
                                                                               8192)]
     assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:])) and times[-1] > times[0]
+
+
+def test_an_fb_row_not_above_its_f_row_is_refused(tmp_path):
+    """A fuzzing review: FB rows at a tenth of their time made B = FB - F negative, clamped to
+    a 0 s floor for every backward (MFU 79%) without a word."""
+    directory = tmp_path / "p"
+    shutil.copytree(REPO / "profiles" / "cpu-ci", directory)
+    lines = (directory / "eager.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    op, column = header.index("op"), header.index("time_s")
+    (directory / "eager.csv").write_text("\n".join([lines[0]] + [
+        ",".join(repr(float(v) / 10) if i == column and line.split(",")[op] == "FB" else v
+                 for i, v in enumerate(line.split(","))) for line in lines[1:]]) + "\n")
+    with pytest.raises(ProfileError, match=r"table 'eager' must time an FB row .* above the F "
+                                           r"row of its point \(data row \d+ is not above row"):
+        read_optional_rows(directory, "eager")
+
+
+def test_an_eager_table_without_its_backward_rows_is_said(tmp_path):
+    """Only F rows: the floor was dropped without a note (350 -> 295 ms)."""
+    directory = tmp_path / "p"
+    shutil.copytree(REPO / "profiles" / "cpu-ci", directory)
+    lines = (directory / "eager.csv").read_text().splitlines()
+    op = lines[0].split(",").index("op")
+    (directory / "eager.csv").write_text("\n".join(
+        [lines[0]] + [line for line in lines[1:] if line.split(",")[op] == "F"]) + "\n")
+    floor, _, notes = eager_costs(str(directory), get_model("llama-tiny"))
+    assert floor is None
+    assert [n for n in notes if "priced by their kernels alone, without the eager floor" in n]
