@@ -212,7 +212,7 @@ class Profile:
 
     __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
                  "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables",
-                 "host_copies")
+                 "host_copies", "attention_dtypes")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -228,6 +228,9 @@ class Profile:
         self._gemm = GemmLookup(gemm.rows("dtype", "m", "n", "k", "time_s"), quantum=quantum)
         self._gemm_bwd = _backward_gemms(self.path, quantum)
         self.host_copies = read_host_copies(self.path)
+        # the dtypes its rows name (blank: none); the lookup reads one, so one at most
+        self.attention_dtypes = frozenset(
+            d for d in (attention["dtype"] if "dtype" in attention.columns else ()) if d)
         kernel = (attention["kernel"] if "kernel" in attention.columns
                   else ["default"] * len(attention))
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table

@@ -71,7 +71,17 @@ class ComputeCosts:
         # buffer, torch's .grad); fp32 main gradients are taken to be accumulated inside the wgrad
         # GEMM (Megatron-LM's gradient_accumulation_fusion, its default)
         self.accumulate_grads = accumulate_grads
-        self._elementwise = _elementwise_curves(str(profile.path), profile.tables)
+        by_dtype = _elementwise_curves(str(profile.path), profile.tables)
+        self._elementwise = by_dtype.get(model.dtype) or by_dtype.get("", {})
+        if by_dtype and model.dtype not in by_dtype:
+            profile.note(f"elementwise.csv has no {model.dtype} rows: norms, residual adds, RoPE "
+                         "and the activation are priced "
+                         + ("from its rows of no dtype" if "" in by_dtype
+                            else "as their bytes through device memory"))
+        attention = profile.attention_dtypes
+        if attention and model.dtype not in attention:
+            profile.note(f"attention.csv times {' and '.join(sorted(attention))} attention; the "
+                         f"model is {model.dtype}: its attention is priced at those times")
         self._floor, _, borrowed = eager_costs(str(profile.path), model, profile.tables)
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
@@ -390,25 +400,30 @@ class ComputeCosts:
 
 
 @lru_cache(maxsize=16)  # per profile, as load_profile caches the profile (a sweep builds many models)
-def _elementwise_curves(directory: str, tables: object) -> dict[tuple[str, int, str], tuple]:
-    """(op, width, pass) -> (log tokens, log seconds, non-decreasing) from elementwise.csv, if the
-    profile has one (``tables``: the Profile's, a key only, as ``eager_costs``'s)."""
+def _elementwise_curves(directory: str, tables: object
+                        ) -> dict[str, dict[tuple[str, int, str], tuple]]:
+    """Per dtype ("" for rows of none), (op, width, pass) -> (log tokens, log seconds,
+    non-decreasing) from elementwise.csv, if the profile has one (``tables``: the Profile's, a
+    key only, as ``eager_costs``'s). By dtype: fp32 rows ten times slower beside a bf16
+    model's moved its time 2.4x (a fuzzing review)."""
     table = read_optional_rows(directory, "elementwise")
     if table is None:
         return {}
-    samples: dict[tuple[str, int, str], dict[int, list[float]]] = {}
-    for op, width, pass_, tokens, time_s in table.rows("op", "hidden", "pass", "num_tokens",
-                                                       "time_s"):
-        samples.setdefault((op, int(width), pass_), {}).setdefault(int(tokens), []).append(
-            float(time_s))
-    curves = {}
-    for key, by_tokens in samples.items():
+    dtypes = table["dtype"] if "dtype" in table.columns else [""] * len(table)
+    samples: dict[tuple[str, str, int, str], dict[int, list[float]]] = {}
+    for dtype, (op, width, pass_, tokens, time_s) in zip(dtypes, table.rows(
+            "op", "hidden", "pass", "num_tokens", "time_s")):
+        samples.setdefault((dtype or "", op, int(width), pass_), {}).setdefault(
+            int(tokens), []).append(float(time_s))
+    curves: dict[str, dict[tuple[str, int, str], tuple]] = {}
+    for (dtype, *key), by_tokens in samples.items():
         tokens = sorted(by_tokens)
         # more tokens never take less time: a measured dip at small counts (launch-bound rows
         # are noisy) is lifted to the running maximum, as lookup.py's curves do for GEMMs
         # (statistics.median: numpy's imports numpy.ma on first use, 17 ms of every start-up)
         times = np.maximum.accumulate([float(statistics.median(by_tokens[t])) for t in tokens])
-        curves[key] = (np.log(np.asarray(tokens, dtype=float)).tolist(), np.log(times).tolist())
+        curves.setdefault(dtype, {})[tuple(key)] = (
+            np.log(np.asarray(tokens, dtype=float)).tolist(), np.log(times).tolist())
     return curves
 
 

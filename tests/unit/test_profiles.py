@@ -240,6 +240,46 @@ def test_a_point_measured_twice_must_agree_with_itself(tmp_path, table, factor, 
         assert len(read_optional_rows(directory, table)) == len(frame) + 1
 
 
+def test_attention_rows_of_two_dtypes_are_refused(tmp_path):
+    """A fuzzing review: the h100 table's rows again as fp32 at 10x their time were combined
+    with the bf16 ones (449 ms -> 1.07 s, no warning); the lookup reads one dtype."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    frame = read_table(directory, "attention")
+    other = frame[frame["dtype"] == "bf16"].copy()
+    other["dtype"], other["time_s"] = "fp32", other["time_s"] * 10
+    pd.concat([frame, other]).to_csv(directory / "attention.csv", index=False)
+    with pytest.raises(ProfileError, match=r"table 'attention' must time one dtype"):
+        Profile(directory)
+
+
+def test_elementwise_rows_are_read_by_the_model_dtype(tmp_path):
+    """fp32 rows at 10x beside the bf16 ones moved a bf16 model's layers; they are another
+    dtype's, unread; a model of a dtype the table lacks is said."""
+    from ltsim.costs.table import TableCostModel
+    from ltsim.hardware import ClusterSpec, get_device
+    from ltsim.model import get_model
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    model = get_model("qwen2.5-7b")
+
+    def layer_s():
+        cluster = ClusterSpec(device=get_device("h100-sxm5-80gb"), profile=str(directory))
+        cost = TableCostModel(model, cluster)
+        return cost._compute._elementwise_s(8192, 1), cost.warnings()
+
+    (before, _), frame = layer_s(), read_table(directory, "elementwise")
+    other = frame.copy()
+    other["dtype"], other["time_s"] = "fp32", other["time_s"] * 10
+    pd.concat([frame, other]).to_csv(directory / "elementwise.csv", index=False)
+    after, notes = layer_s()
+    assert after == before and not [n for n in notes if "elementwise.csv" in n]
+    other.to_csv(directory / "elementwise.csv", index=False)  # fp32 rows only
+    _, notes = layer_s()
+    assert [n for n in notes if n.startswith("elementwise.csv has no bf16 rows")]
+
+
 def test_a_column_named_twice_is_refused(tmp_path):
     """A header naming time_s twice read the last copy (a column of 5 s: MFU 0%)."""
     directory = tmp_path / "p"
