@@ -60,6 +60,28 @@ def check_one_line(key: str, value: str, *, source: str = "") -> None:
                           "character)", value, "write it on one line", source=source)
 
 
+def check_argument(name: str, value: object, kinds: type | tuple[type, ...], rule: str,
+                   fix: str = "") -> None:
+    """Raise ConfigError naming the Python argument ``name`` when ``value`` is not of ``kinds``
+    (a bool is never an int): a caller's slip, said here rather than as an AttributeError deep
+    inside. The message shows the type given, not the value."""
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (
+            kinds if isinstance(kinds, tuple) else (kinds,))):
+        return
+    raise ConfigError(name, rule, TypeShown(value), fix)
+
+
+class TypeShown:
+    """A value's type as a message shows it (``an int``), for an argument of the wrong type."""
+
+    def __init__(self, value: object) -> None:
+        kind = type(value).__name__
+        self.name = "None" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 _MAX_SHOWN = 200  # characters of a value quoted in a message
 
 

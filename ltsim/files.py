@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from ltsim.errors import ConfigError
+
 WAITS = "it waits for data: a device, a pipe or a kernel file, not a file of text"
 BLOCK = 1 << 20
 
@@ -123,6 +125,10 @@ def save_figure(fig, out: Path, **kwargs) -> None:
     import logging
     import warnings
 
+    formats = fig.canvas.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:  # (with none, the temporary file's named one)
+        raise ConfigError("path", "a file name ending in a format matplotlib writes (.png, .svg, "
+                          ".pdf, ...)", str(out), f"e.g. {out.with_suffix('.png')}")
     library = logging.getLogger("matplotlib")  # the backends log through its children
     level = library.level
     with replaced_atomically(out) as temp, warnings.catch_warnings():

@@ -10,7 +10,7 @@ import math
 import shlex
 from typing import Any, Iterable
 
-from ltsim.errors import ConfigError, LtsimError
+from ltsim.errors import ConfigError, LtsimError, check_argument
 from ltsim.overrides import apply_overrides, parse_override, strategy_option_names
 from ltsim.scenario import build_scenario, check_override_key
 
@@ -47,8 +47,12 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
     Values use TOML syntax, split at the commas outside brackets and quotes: a list value is
     written with brackets, `workload.lengths=[4, 2],[8]` grids two lists.
     """
+    if isinstance(specs, str):  # one key's spec, not a list of its characters
+        specs = [specs]
     axes: list[tuple[str, list[Any]]] = []
     for spec in specs:
+        check_argument("--grid", spec, str, "section.key=v1,v2,... texts",
+                       'e.g. ["strategy.k=1,2,4"]')
         if "=" not in spec:
             raise ConfigError("--grid", "of the form section.key=v1,v2,...", spec,
                               "write the key, '=' and its values, e.g. --grid strategy.k=1,2,4")

@@ -10,7 +10,7 @@ import tomllib
 from dataclasses import fields
 from typing import Any
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, check_argument
 
 KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)?")
 
@@ -55,6 +55,13 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
     paths to values, which a program may use to replace a whole table."""
     if isinstance(overrides, str):  # one override, not a list of its characters
         overrides = [overrides]
+    check_argument("overrides", overrides, (dict, list, tuple),
+                   "section.key=value texts (a list) or a dict of key paths to values",
+                   'e.g. ["parallel.pp=2"] or {"parallel.pp": 2}')
+    if not isinstance(overrides, dict):
+        for text in overrides:
+            check_argument("overrides", text, str, "section.key=value texts",
+                           'e.g. ["parallel.pp=2"]')
     texts = not isinstance(overrides, dict)
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}

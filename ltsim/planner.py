@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
-from ltsim.errors import ConfigError, LtsimError
+from ltsim.errors import ConfigError, LtsimError, check_argument
 from ltsim.grid import METRICS, evaluate_point
 from ltsim.hardware import PRESETS
 from ltsim.overrides import apply_overrides
@@ -43,6 +43,7 @@ def check_executor(spec: str) -> tuple[str, int | str]:
     """``local`` | ``local:N`` (1 <= N <= 4096 worker processes) | ``dask://HOST:PORT``. Raises
     ConfigError."""
     rule = f"local, local:N (1 to {MAX_WORKERS} worker processes) or dask://HOST:PORT"
+    check_argument("--executor", spec, str, rule, "e.g. --executor local")
     if spec == "local":
         return "local", 0
     if spec.startswith("local:"):
@@ -87,6 +88,9 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     recomputed because their inputs changed; ``on_reused(n, total)`` once, when n of the points
     come from the store unchanged.
     """
+    for point in points:  # a Python caller's (the command line's come from expand_grid)
+        check_argument("points", point, dict, "override dicts (expand_grid gives them)",
+                       'e.g. run_sweep(scenario, expand_grid(["strategy.k=1,2"]))')
     kind, arg = check_executor(executor)
     store = store or SweepStore()
     fp = fingerprint(scenario.raw)
@@ -317,9 +321,15 @@ def _unreachable(address: str) -> str:
 
 
 def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Plans that fit first, fastest first; failed points last."""
+    """Plans that fit first, fastest first; failed points last (and a time that is not a
+    finite number, which sorted first: a NaN compares false with everything)."""
     def key(row):
         ok = row.get("fits") is True and "error" not in row
-        return (not ok, "error" in row, row.get("iteration_time_s") or float("inf"))
+        time_s = row.get("iteration_time_s")
+        known = isinstance(time_s, (int, float)) and math.isfinite(time_s) and time_s > 0
+        return (not ok, "error" in row, time_s if known else math.inf)
+
+    for row in rows:
+        check_argument("rows", row, dict, "result rows (dicts, as run_sweep returns)")
 
     return sorted(rows, key=key)

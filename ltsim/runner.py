@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ltsim.costs import CostModel, UnitCostModel
-from ltsim.errors import ConfigError, ProfileError
+from ltsim.errors import ConfigError, ProfileError, TypeShown, check_argument
 from ltsim.gcpause import paused
 from ltsim.mirrors import expand_trace
 from ltsim.plan import Plan
@@ -50,6 +50,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once).
     ``progress(done, total)`` is called after each batch; ``first``: the first batch's plan,
     already made (``first_plan``)."""
+    _check_call(scenario, progress)
     cost = cost or make_cost_model(scenario)
     strategy, options, ctx, workload, notes = _planning(scenario, cost)
     engine = Engine(cost)
@@ -90,6 +91,15 @@ def _above_peak(result: Result) -> str:
             f"{result.peak_flops_per_s / 1e12:.3g} TFLOP/s per GPU (the preset's; on a CPU, the "
             "profile's fastest GEMM); check that the profile's time_s columns are in seconds "
             "and that hardware.preset is the device the profile measured")
+
+
+def _check_call(scenario: Any, progress: Any) -> None:
+    """A Python caller's arguments (a path where the Scenario goes was an AttributeError)."""
+    check_argument("scenario", scenario, Scenario, "a Scenario",
+                   "load the file first: ltsim.load_scenario(path)")
+    if progress is not None and not callable(progress):
+        raise ConfigError("progress", "a function of (done, total), or None",
+                          TypeShown(progress), "pass a function or leave it out")
 
 
 def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContext, Any, list[str]]:

@@ -6,6 +6,7 @@ Unknown keys are errors; every error names the file, the key path, the rule, the
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.datasets import dataset_names
-from ltsim.errors import ConfigError, check_one_line
+from ltsim.errors import ConfigError, check_argument, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD, LOSS_KERNELS
@@ -85,6 +86,8 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     ``any_workload``: the caller replaces the workload (``ltsim maxlen``), so the file's is not
     checked against the layout (one sequence in the file, eight replicas after ``--set``).
     """
+    check_argument("path", path, (str, os.PathLike), "the path of a scenario TOML file",
+                   'e.g. ltsim.load_scenario("scenarios/quickstart.toml")')
     path = find_scenario(path)
     raw = apply_overrides(read_toml_file(path, "scenario", "TOML file"), overrides or [])
     return build_scenario(raw, source=str(path), per_replica=any_workload)
@@ -197,6 +200,9 @@ def check_override_key(key: str, flag: str = "--set") -> None:
 def build_scenario(raw: dict[str, Any], *, source: str = "", per_replica: bool = False) -> Scenario:
     """The Scenario of a TOML table. ``per_replica``: one 1-token sequence per DP replica stands
     in for the file's workload (``ltsim maxlen`` replaces it), which is then not checked."""
+    check_argument("raw", raw, dict, "a scenario's TOML table (a dict)",
+                   "pass the dict tomllib.load gives, or use ltsim.load_scenario(path)")
+    check_argument("source", source, str, "text (the file the table came from)")
     try:
         return _build(raw, source, per_replica)
     except ConfigError as exc:

@@ -194,9 +194,10 @@ def validate_scenario(scenario: "Scenario", *, warmup: int = 1, repeats: int = 3
                       ) -> Validation:
     """Simulate the scenario's first batch and execute its plan; raises ConfigError, PlanError.
     ``announce(iterations, predicted seconds each)`` before the executor starts."""
-    from ltsim.executor.runtime import check_executable, execute_plan
+    from ltsim.executor.runtime import check_counts, check_executable, execute_plan
     from ltsim.runner import run
 
+    check_counts(warmup, repeats, seed)  # before the prediction and the device processes
     cost = bare_cost_model(scenario)
     backend, device = executor_device(scenario)
     sim = run(scenario.with_overrides({"workload.num_batches": 1}), cost=cost)

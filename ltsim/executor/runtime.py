@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.multiprocessing as mp
 
-from ltsim.errors import ConfigError, PlanError
+from ltsim.errors import ConfigError, PlanError, check_argument
 from ltsim.executor.comm import check_p2p_order, recv_sources
 from ltsim.executor.model import ATTENTION_BACKENDS
 from ltsim.executor.worker import OPTIMIZERS, WorkerConfig, device_main, make_tokens
@@ -210,10 +210,18 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
     if plan.stage_layers[-1][1] != spec.num_layers:
         raise ConfigError("model.num_layers", f"{plan.stage_layers[-1][1]} (the plan's layers)",
                           spec.num_layers, "plan with the same model")
-    if warmup < 0 or repeats < 1:
-        raise ConfigError("executor.repeats", "at least 1 (and warmup >= 0)", (warmup, repeats))
+    check_counts(warmup, repeats)
     if optimizer not in OPTIMIZERS:
         raise ConfigError("executor.optimizer", f"one of {', '.join(OPTIMIZERS)}", optimizer)
+
+
+def check_counts(warmup: object, repeats: object, seed: object = 0) -> None:
+    """The iteration counts (and the seed) of an execution: whole numbers, checked before any
+    work (a float or a string failed inside the device processes after the prediction ran)."""
+    for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 1), ("seed", seed, 0)):
+        check_argument(name, value, int, f"a whole number of at least {least}")
+        if value < least:
+            raise ConfigError(name, f"a whole number of at least {least}", value)
 
 
 def check_supported(plan: Plan) -> None:

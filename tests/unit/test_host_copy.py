@@ -32,13 +32,14 @@ def _write(directory: Path, rows: str) -> Path:
 
 
 def test_lookup_is_exact_at_measured_sizes_linear_between_and_at_the_end_bandwidth_beyond(tmp_path):
+    # (repeats of a size within 1.5x of each other: further apart the table is refused)
     _write(tmp_path, "d2h,pageable,16777216,0.01\nd2h,pageable,67108864,0.03\n"
-                     "d2h,pageable,67108864,0.05\nh2d,pinned,16777216,0.001\n")
+                     "d2h,pageable,67108864,0.04\nh2d,pinned,16777216,0.001\n")
     link = HostLink(read_host_copies(tmp_path), 1e9)
     assert link.time_s("d2h", 16 * MIB, pinned=False) == 0.01
-    assert link.time_s("d2h", 64 * MIB, pinned=False) == 0.04  # the median of its rows
-    assert link.time_s("d2h", 40 * MIB, pinned=False) == pytest.approx(0.01 + 0.03 * 24 / 48)
-    assert link.time_s("d2h", 256 * MIB, pinned=False) == pytest.approx(0.04 * 4)
+    assert link.time_s("d2h", 64 * MIB, pinned=False) == pytest.approx(0.035)  # the median
+    assert link.time_s("d2h", 40 * MIB, pinned=False) == pytest.approx(0.01 + 0.025 * 24 / 48)
+    assert link.time_s("d2h", 256 * MIB, pinned=False) == pytest.approx(0.035 * 4)
     assert link.time_s("d2h", 4 * MIB, pinned=False) == pytest.approx(0.01 / 4)
     assert link.time_s("h2d", 32 * MIB, pinned=True) == pytest.approx(0.002)
     # a pair the table lacks takes the preset's bandwidth

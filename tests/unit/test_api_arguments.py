@@ -1,0 +1,78 @@
+"""The Python entry points the notebooks call, given arguments of the wrong type: one ConfigError
+naming the argument (a fuzzing review found AttributeErrors and TypeErrors from deep inside,
+and bad validate counts failing inside the device processes after the prediction ran)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ltsim.errors import ConfigError
+from ltsim.grid import expand_grid
+from ltsim.planner import rank, run_sweep
+from ltsim.runner import run, simulate
+from ltsim.scenario import build_scenario, load_scenario
+from tests.conftest import REPO
+
+CPU = REPO / "scenarios" / "examples" / "cpu-llama-tiny-chunkflow.toml"
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(CPU)
+
+
+@pytest.mark.parametrize("call,key", [
+    (lambda s: simulate(str(CPU)), "scenario"),
+    (lambda s: run(None), "scenario"),
+    (lambda s: simulate(s, progress=5), "progress"),
+    (lambda s: load_scenario(None), "path"),
+    (lambda s: load_scenario(123), "path"),
+    (lambda s: load_scenario(CPU, overrides=[None]), "overrides"),
+    (lambda s: s.with_overrides(None), "overrides"),
+    (lambda s: build_scenario(None), "raw"),
+    (lambda s: build_scenario(dict(s.raw), source=5), "source"),
+    (lambda s: expand_grid([None]), "--grid"),
+    (lambda s: run_sweep(s, ["strategy.k=1"]), "points"),
+    (lambda s: run_sweep(s, [{"strategy.k": 1}], executor=None), "--executor"),
+    (lambda s: rank([None]), "rows"),
+])
+def test_a_wrong_argument_is_named(scenario, call, key):
+    with pytest.raises(ConfigError) as caught:
+        call(scenario)
+    assert caught.value.key == key and "Fix:" in str(caught.value)
+
+
+def test_one_grid_spec_as_text_is_one_key():
+    assert expand_grid("strategy.k=1,2") == [{"strategy.k": 1}, {"strategy.k": 2}]
+
+
+def test_rank_puts_a_time_that_is_not_a_number_last():
+    rows = [{"fits": True, "iteration_time_s": math.nan}, {"fits": True, "iteration_time_s": 2.0}]
+    assert [r["iteration_time_s"] for r in rank(rows)][0] == 2.0
+
+
+@pytest.mark.parametrize("path", ["noext", "folder/", "/dev/null"])
+def test_a_plot_path_without_a_figure_format_is_named(tmp_path, scenario, path):
+    from ltsim.viz import plot_simulation
+
+    (tmp_path / "folder").mkdir()
+    target = path if path.startswith("/") else tmp_path / path
+    with pytest.raises(ConfigError, match=r"'path' must be a file name ending in a format"):
+        plot_simulation(run(scenario), target)
+
+
+@pytest.mark.parametrize("counts", [{"repeats": 1.5}, {"repeats": math.nan}, {"seed": "x"},
+                                    {"repeats": "3"}, {"warmup": None}, {"repeats": 0},
+                                    {"warmup": -1}])
+def test_validate_counts_are_checked_before_any_work(scenario, counts, monkeypatch):
+    pytest.importorskip("torch")
+    import ltsim.validate as validate
+
+    def never(*args, **kwargs):
+        raise AssertionError("the prediction ran")
+
+    monkeypatch.setattr(validate, "bare_cost_model", never)
+    with pytest.raises(ConfigError, match=rf"'{next(iter(counts))}' must be a whole number"):
+        validate.validate_scenario(scenario, **counts)
