@@ -62,7 +62,13 @@ class ClusterSpec:
         return self.profile or self.device.profile
 
 
+H100_MEMORY_BYTES = 85_017_493_504
+
 # H100 SXM5: 989 TFLOP/s dense bf16, 3.35 TB/s HBM3, NVLink4 450 GB/s per direction, 400 Gb/s NIC.
+# Its memory is what CUDA lets a process use, as measured on the profiled H100 (torch's
+# total_memory, profiles/h100-sxm5-80gb/meta.json): 85,017,493,504 B = 79.18 GiB, not the
+# nominal 80 GiB (0.82 GiB more, which let a plan "fit" that the device cannot hold; a review,
+# 2026-11-29). The other GPUs keep their datasheet sizes: none was measured here.
 # A100 SXM4: 312 TFLOP/s, 2.04 TB/s, NVLink3 300 GB/s per direction, 200 Gb/s NIC.
 # H200: H100 compute with 141 GB HBM3e at 4.8 TB/s.
 # Host side: DGX H100 and DGX H200 nodes carry 2 TB of system memory for 8 GPUs, DGX A100 1 TB (the
@@ -95,7 +101,8 @@ PRESETS: dict[str, DeviceSpec] = {
                             profile="a800-40gb", host_memory_bytes=1000 * GB / 8,
                             host_link_bytes_per_s=32 * GB,
                             host_dram_bytes_per_s=16 * 25.6 * GB / 8),
-    "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", chip="H100", memory_bytes=80 * GiB,
+    "h100-sxm5-80gb": DeviceSpec(name="h100-sxm5-80gb", chip="H100",
+                                 memory_bytes=H100_MEMORY_BYTES,
                                  peak_flops_per_s=989 * TFLOPS, hbm_bytes_per_s=3.35e12,
                                  intra_link_bytes_per_s=450 * GB, inter_link_bytes_per_s=50 * GB,
                                  profile="h100-sxm5-80gb", host_memory_bytes=2000 * GB / 8,

@@ -396,7 +396,7 @@ def _cluster(section: dict[str, Any]) -> ClusterSpec:
                           f"give at least {1 / GiB:.3g}")
     if limit is not None and not device.is_unit and limit * GiB > device.memory_bytes:
         raise ConfigError("hardware.memory_limit_gib", f"at most the device's memory "
-                          f"({device.memory_bytes / GiB:g} GiB on {device.name})", limit,
+                          f"({device.memory_bytes / GiB:.4g} GiB on {device.name})", limit,
                           "omit it for the whole device, or choose a preset with more memory")
     if limit is not None and not device.is_unit and limit * GiB <= ALLOCATOR_OVERHEAD.fixed_bytes:
         raise ConfigError("hardware.memory_limit_gib", "more than the allocator's fixed allowance "

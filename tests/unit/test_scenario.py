@@ -83,7 +83,7 @@ def test_override_uses_toml_syntax(tmp_path):
     # an 80 GB device said to hold 100,000 GiB: "fits" for anything (a fuzzing review)
     (BASE.replace('preset = "unit"', 'preset = "h100-sxm5-80gb"').replace(
         "gpus_per_node = 4", "gpus_per_node = 4\nmemory_limit_gib = 100000"),
-     r"hardware\.memory_limit_gib must be at most the device's memory \(80 GiB on h100-sxm5-80gb\)"),
+     r"hardware\.memory_limit_gib must be at most the device's memory \(79.18 GiB on h100-sxm5-80gb\)"),
     # Qwen2.5-7B: 28 query heads, 4 KV heads
     (BASE.replace("pp = 4", "pp = 1\ntp = 8").replace("gpus_per_node = 4", "gpus_per_node = 8"),
      r"parallel\.tp must be a divisor of model\.num_attention_heads = 28 \(got 8\).*"
