@@ -670,6 +670,18 @@ CASES: tuple[Case, ...] = (
          (("p", Profile((("gemm.csv", _GEMM + "4096,4096,4096,fp32,1e-8\n"),))),)),
     Case("--grid", f"sweep {TINY} --set hardware.profile={{tmp}}/p --grid strategy.k=1,2",
          "collectives.csv", (("p", Profile((("collectives.csv", None),))),)),
+    # -- a review of profiles and the Python API (2026-11-29, a ninth session) -----------------
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "64,64,64,fp32,1e-6\n64,64,64,fp32,1e-4\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", "m,n,k,dtype,time_s,time_s\n64,64,64,fp32,1e-6,5\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
+         (("p", Profile((("eager.csv", "model,op,layers,num_tokens,dtype,time_s\n"
+                          "llama-tiny,F,1,16,fp32,0.002\nllama-tiny,FB,1,16,fp32,0.001\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "attention.csv",
+         (("p", Profile((("attention.csv", _ATTENTION + "".join(
+             line.replace(",fp32,", ",bf16,") + "\n"
+             for line in _ATTENTION.splitlines()[1:])),))),)),
 )
 
 
