@@ -32,6 +32,7 @@ ltsim.lookup and ltsim.collectives); lookups outside the tables are recorded as 
 from __future__ import annotations
 
 import copy
+import math
 import os
 from itertools import groupby
 from pathlib import Path
@@ -414,6 +415,9 @@ class Profile:
     def _cached(self, key: tuple, compute) -> float:
         hit = self._cache.get(key)
         if hit is None:
+            bad = next((v for v in key[1:] if isinstance(v, float) and not math.isfinite(v)), None)
+            if bad is not None:  # (NaN was an IndexError inside the lookup, inf a finite time)
+                raise ValueError(f"the {key[0]} lookup needs finite sizes (got {bad})")
             if len(self._cache) >= _CACHE_ENTRIES:  # bound memory in long sweeps
                 self._cache.clear()
             notes: list[tuple] = []

@@ -698,3 +698,13 @@ def test_a_local_profile_folder_written_with_a_slash_is_the_local_one(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert resolve_profile("cpu-ci/") == (tmp_path / "cpu-ci").resolve()
     assert resolve_profile("cpu-ci") == (PROFILES_DIR / "cpu-ci").resolve()
+
+
+@pytest.mark.parametrize("lookup", [
+    lambda p: p.gemm_time_s(math.nan, 64, 64, "bf16"),
+    lambda p: p.attention_time_s(math.inf, math.inf, num_heads=8, num_kv_heads=8, head_dim=128),
+    lambda p: p.collective_time_s("all_reduce", group_size=8, scope="intra", num_bytes=math.nan)])
+def test_a_lookup_of_a_size_that_is_not_finite_is_a_value_error(lookup):
+    """A fuzzing review: NaN was an IndexError inside the lookup, inf a finite 3.6 s."""
+    with pytest.raises(ValueError, match=r"lookup needs finite sizes"):
+        lookup(load_profile("h100-sxm5-80gb"))
