@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ltsim.errors import ConfigError, check_argument
 from ltsim.files import literal, save_figure
 from ltsim.plan import STREAMS
 from ltsim.units import NO_LIMIT_BYTES
@@ -305,7 +306,16 @@ def _finish_memory_axes(ax: "Axes", n: int, span: float, time_unit: str, byte_un
 
 def _unpack(sim_or_trace: Any) -> tuple["Trace", "Plan | None", Any]:
     """(first trace, its plan, the Result) from a Simulation, or (trace, None, None) from a Trace."""
-    if hasattr(sim_or_trace, "traces"):
+    from ltsim.runner import Simulation
+    from ltsim.trace import Trace
+
+    check_argument("sim_or_trace", sim_or_trace, (Simulation, Trace),
+                   "a Simulation (ltsim.run) or a Trace",
+                   "pass ltsim.run(scenario), not ltsim.simulate's Result: a Result holds no trace")
+    if isinstance(sim_or_trace, Simulation):
+        if not sim_or_trace.traces:
+            raise ConfigError("sim_or_trace", "a Simulation that kept its traces",
+                              "one without traces", "run it with keep=True (the default)")
         return sim_or_trace.traces[0], next(iter(sim_or_trace.plans), None), sim_or_trace.result
     return sim_or_trace, None, None
 

@@ -8,8 +8,9 @@ functions only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ltsim.errors import ConfigError, check_argument
 from ltsim.files import literal
 from ltsim.viz import _is_dark, _new_figure, _save, short
 
@@ -33,6 +34,9 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     import numpy as np
     from matplotlib.patches import Rectangle
 
+    others = _checked(frame, title, others)
+    if x == y:
+        raise ConfigError("y", f"another column than x ({x!r})", y, "pick two swept keys")
     frame = _best_rows(_comparable(frame, (x, y)), (x, y), value, feasible, minimize)
     grid = frame.pivot_table(index=y, columns=x, values=value, aggfunc="first", dropna=False)
     grid = grid.sort_index().reindex(sorted(grid.columns), axis=1)
@@ -86,6 +90,19 @@ def _over(others: tuple[str, ...]) -> str:
     return f"each point: the best over {', '.join(others)}" if others else ""
 
 
+def _checked(frame: Any, title: Any, others: Any) -> tuple[str, ...]:
+    """A plot's arguments of the wrong type, named (they were pandas' or matplotlib's errors);
+    ``others`` as a tuple (one key as text is that key, not its characters)."""
+    import pandas as pd
+
+    check_argument("frame", frame, pd.DataFrame, "a DataFrame of a sweep's rows",
+                   "pass pandas.DataFrame(run_sweep(...))")
+    check_argument("title", title, str, "text")
+    others = (others,) if isinstance(others, str) else others
+    check_argument("others", others, (tuple, list), "a tuple of column names")
+    return tuple(others)
+
+
 def _comparable(frame: "pd.DataFrame", keys: tuple[str, ...]) -> "pd.DataFrame":
     """``frame`` with each key column of mixed kinds (Skrull's bucket_size: "auto" and numbers)
     as text, so that its values sort (numbers and text do not compare)."""
@@ -123,6 +140,7 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     red crosses labelled OOM, and the best that fits is ringed, named with its other keys'
     values; ``label`` names the value axis (default: ``value``). Integer keys get a tick at each
     value swept. Returns the written path; raises KeyError on a missing column."""
+    others = _checked(frame, title, others)
     frame = _best_rows(_comparable(frame, (x,)), (x,), value, feasible, minimize)
     grouped = frame.set_index(x)[[value, feasible]].rename(
         columns={value: "value", feasible: "ok"}).sort_index()

@@ -76,3 +76,26 @@ def test_validate_counts_are_checked_before_any_work(scenario, counts, monkeypat
     monkeypatch.setattr(validate, "bare_cost_model", never)
     with pytest.raises(ConfigError, match=rf"'{next(iter(counts))}' must be a whole number"):
         validate.validate_scenario(scenario, **counts)
+
+
+def test_plot_arguments_of_the_wrong_kind_are_named(tmp_path, scenario):
+    import pandas as pd
+
+    from ltsim.viz import plot_simulation
+    from ltsim.viz_sweep import plot_heatmap, plot_line
+
+    frame = pd.DataFrame({"strategy.k": [1, 2], "strategy.chunk_size": [256, 256],
+                          "iteration_time_s": [1.0, 2.0], "fits": [True, True]})
+    common = dict(value="iteration_time_s", feasible="fits", path=tmp_path / "p.png")
+    for call, key in (
+            (lambda: plot_heatmap(frame, x="strategy.k", y="strategy.k", **common), "y"),
+            (lambda: plot_line(frame, x="strategy.k", title=None, **common), "title"),
+            (lambda: plot_line([1, 2], x="strategy.k", **common), "frame"),
+            (lambda: plot_simulation(simulate(scenario), tmp_path / "s.png"), "sim_or_trace"),
+            (lambda: plot_simulation(run(scenario, keep=False), tmp_path / "s.png"),
+             "sim_or_trace")):
+        with pytest.raises(ConfigError) as caught:
+            call()
+        assert caught.value.key == key
+    # one other key as text is that key (it was iterated as characters: KeyError 's')
+    assert plot_line(frame, x="strategy.k", others="strategy.chunk_size", **common).is_file()
