@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ltsim.lookup import ABOVE, INSIDE, MonotoneCurve, Notes
-from ltsim.profile_files import OP_ALIASES
+from ltsim.profile_checks import OP_ALIASES
 
 __all__ = ["CollectiveLookup", "bus_factor"]
 

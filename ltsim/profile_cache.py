@@ -6,8 +6,9 @@ An entry is keyed by a digest of everything a :class:`~ltsim.profiles.Profile` i
 bytes of the profile's ``meta.json`` and tables (every ``*.csv`` of the folder: a superset of
 those a Profile reads, so no list here can fall behind profiles.py), the profile's path, the
 attention kernel chosen, the Python version, and the source of the modules that parse and
-interpolate (profiles.py, profile_files.py, lookup.py, collectives.py). Any edit to one of them
-is a miss, and the profile is parsed again: a changed input is recomputed, never served stale.
+interpolate (profiles.py, profile_files.py, profile_checks.py, lookup.py, collectives.py). Any
+edit to one of them is a miss, and the profile is parsed again: a changed input is recomputed,
+never served stale.
 
 Where: ``$LTSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ltsim``, else ``~/.cache/ltsim``, in
 ``profiles/``; ``LTSIM_CACHE_DIR=`` (empty) turns the cache off. Entries are pickles, so only
@@ -34,7 +35,7 @@ T = TypeVar("T")
 
 FORMAT = 1  # bump when what is pickled changes in a way the sources' digest would not show
 MAX_ENTRIES = 32
-_SOURCES = ("profiles.py", "profile_files.py", "lookup.py", "collectives.py")
+_SOURCES = ("profiles.py", "profile_files.py", "profile_checks.py", "lookup.py", "collectives.py")
 
 
 def cache_dir() -> Path | None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,84 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ProfileError
 from ltsim.files import NotRegularFile, read_input, replaced_atomically, write_text_atomically
+from ltsim.profile_checks import TABLE_COLUMNS, check_table
 from ltsim.units import NO_LIMIT_BYTES
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
 
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m", "n", "k", "dtype", "time_s"),
-    "gemm_bwd": ("m", "n", "k", "dtype", "time_s", "pass"),
-    "attention": ("q_tokens", "kv_tokens", "num_heads", "num_kv_heads", "head_dim", "causal",
-                  "pass", "time_s"),
-    "collectives": ("op", "group_size", "scope", "bytes", "time_s"),
-    # optional tables: what the cost model reads of them (ltsim/costs/eager.py, compute.py)
-    "eager": ("model", "op", "layers", "num_tokens", "dtype", "time_s"),
-    "elementwise": ("op", "num_tokens", "hidden", "dtype", "pass", "time_s"),
-    "optimizer": ("model", "optimizer", "num_params", "dtype", "time_s"),
-    "host_copy": ("direction", "host_memory", "bytes", "time_s"),  # ltsim/costs/host.py
-}
-# columns every row must fill with one of a few words
-# how a row applied the causal mask (ltsim/profiler/attention.py); blank for published rows.
-# CONTEXT_MASKS: paths only queries with context take (a boolean mask; torch's lower-right causal
-# bias; the CPU flash kernel with a bottom-right mask), a kernel of their own (profiles.py)
-CONTEXT_MASKS = ("bool_bottom_right", "causal_lower_right", "cpu_flash_bottom_right")
-ATTENTION_MASKS = ("is_causal", "causal_bottom_right", *CONTEXT_MASKS, None)
-# the names the cost model looks rows up by: a row of another name would be ignored without a
-# word (a misspelt 'rmsnorm' drops the norms' time from every layer)
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-              "alltoall": "all_to_all", "all2all": "all_to_all", "p2p": "send_recv",
-              "sendrecv": "send_recv"}
-ELEMENTWISE_OPS = ("rmsnorm", "residual_add", "swiglu", "rope", "layernorm", "gelu")
-EAGER_OPS = ("F", "F_discard", "FB", "FdRB")  # ltsim/costs/eager.py
-OPTIMIZERS = ("adam", "sgd")
-CHOICE_COLUMNS: dict[str, dict[str, tuple[str | None, ...]]] = {
-    "attention": {"pass": ("fwd", "bwd"), "mask": ATTENTION_MASKS},
-    "gemm_bwd": {"pass": ("dgrad", "wgrad")},
-    "collectives": {"scope": ("intra", "inter"), "op": (*COLLECTIVE_OPS, *OP_ALIASES)},
-    "eager": {"stage": ("first", "middle", "last", None), "op": EAGER_OPS},  # blank: a middle stage
-    "elementwise": {"op": ELEMENTWISE_OPS, "pass": ("fwd", "bwd")},
-    "optimizer": {"optimizer": OPTIMIZERS},
-    "host_copy": {"direction": ("d2h", "h2d"), "host_memory": ("pageable", "pinned")},
-}
-# columns every row must fill with a whole number of at least this: sizes and counts (where
-# the table has them; eager's context_tokens may be blank: none)
-COUNT_COLUMNS: dict[str, dict[str, int]] = {
-    "gemm": {"m": 1, "n": 1, "k": 1},
-    "gemm_bwd": {"m": 1, "n": 1, "k": 1},
-    "attention": {"q_tokens": 1, "kv_tokens": 1, "num_heads": 1, "num_kv_heads": 1, "head_dim": 1},
-    "collectives": {"group_size": 2, "bytes": 1},
-    "eager": {"layers": 1, "num_tokens": 1, "context_tokens": 0, "hidden": 1},
-    "elementwise": {"num_tokens": 1, "hidden": 1},
-    "optimizer": {"num_params": 1, "hidden": 1},
-    "host_copy": {"bytes": 1},
-}
-MAX_TIME_S = 3600.0  # no kernel, collective or op of a profile takes an hour
-MIN_TIME_S = 1e-9  # nor less than a nanosecond (a few clock cycles)
-# No GEMM runs at 10 PFLOP/s: about 4x the fastest GPU's dense BF16 (NVIDIA B200, 2.25 PFLOP/s,
-# its datasheet); a row that implies more is a unit slip (ms as s) or a broken measurement
-MAX_GEMM_FLOPS_PER_S = 10e15
-# columns every row must fill with a name (a word, not a number or a blank), where the table has them
-TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gemm": ("dtype",),
-    "gemm_bwd": ("dtype",),
-    "attention": ("kernel",),  # mask may be blank: no mask
-    "collectives": ("op", "scope"),
-    "eager": ("model", "op", "dtype"),
-    "elementwise": ("op", "dtype"),
-    "optimizer": ("model", "optimizer", "dtype"),
-}
 METHODS = ("measured", "published", "analytic")
 META_METHODS = (*METHODS, "mixed", "derived")  # a whole profile's: "derived" scales another's
 # the files a profile is read from (the cache and a sweep's store key on these alone), and the
 # most bytes one may hold: the largest shipped table is 0.9 MB
 PROFILE_FILES = ("meta.json", *(f"{table}.csv" for table in TABLE_COLUMNS))
 MAX_TABLE_BYTES = 64 * 2**20
-# a name in a TEXT_COLUMNS cell: a word of letters, digits, '_', '.' and '-' (an attention kernel
-# may not hold '+': profiles.CONTEXT_SUFFIX marks a kernel's rows with context)
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,178 +260,6 @@ def read_table(directory: str | Path, name: str) -> "pd.DataFrame":
 
     table = read_rows(directory, name)
     return pd.DataFrame({c: table[c] for c in table.columns}, columns=table.columns)
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # a whole number of hundreds of digits: past any bound
-        return math.inf
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _whole(value: Any, least: int) -> bool:
-    """A whole number (1024 or 1024.0, never a bool) of at least ``least``."""
-    if isinstance(value, bool):
-        return False
-    number = _number(value)
-    return math.isfinite(number) and number == int(number) and number >= least
-
-
-def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> None:
-    """Raise ProfileError when a table lacks a required column, is empty, or holds a bad value:
-    times (``MAX_TIME_S``), choices, names and counts by the tables above; the message names the
-    row, never the value."""
-    columns = list(frame.columns)
-    missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in columns]
-    if missing:
-        # the columns found are the file's first line: counted, never quoted (a profile may be
-        # pointed at any file)
-        raise ProfileError(f"{source}: table '{name}' lacks column(s) {', '.join(missing)} "
-                           f"({len(columns)} columns found). Fix: its first line must name the "
-                           f"columns {', '.join(TABLE_COLUMNS[name])}")
-    if len(frame) == 0:
-        raise ProfileError(f"{source}: table '{name}' is empty. Fix: re-run the profiler for it")
-    if "time_s" in columns and not all(MIN_TIME_S <= _number(v) <= MAX_TIME_S
-                                       for v in frame["time_s"]):
-        raise ProfileError(f"{source}: table '{name}' has time_s values that are not numbers "
-                           f"of seconds from {MIN_TIME_S:g} to {MAX_TIME_S:g}. Fix: re-run the "
-                           f"profiler for {name}")
-    for column, allowed in CHOICE_COLUMNS.get(name, {}).items():
-        if column not in columns:  # an optional column (eager's stage)
-            continue
-        bad = [i for i, v in enumerate(frame[column])
-               if (None if _blank(v) else v) not in allowed]
-        if bad:  # the row, not its value
-            words = ", ".join(a for a in allowed if a) + (" or blank" if None in allowed else "")
-            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold one of "
-                               f"{words} (data row {bad[0] + 1} does not). Fix: "
-                               "correct those rows or re-run the profiler for this table")
-    for column in (c for c in TEXT_COLUMNS.get(name, ()) if c in columns):
-        bad = [i for i, v in enumerate(frame[column])
-               if not isinstance(v, str) or not NAME.fullmatch(v.strip())]
-        if bad:  # the row, not its value
-            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold names (letters, "
-                               f"digits, '_', '.', '-'), not numbers or blanks (data row "
-                               f"{bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct those "
-                               "rows or re-run the profiler for this table")
-    if name == "attention":
-        _check_attention(frame, source)
-    if name == "attention" and "dtype" in columns and len({d for d in frame["dtype"]
-                                                           if not _blank(d) and d}) > 1:
-        raise ProfileError(f"{source}: table 'attention' must time one dtype (its lookup does not "
-                           "tell them apart: rows of another dtype were combined with the "
-                           "model's). Fix: keep one dtype's rows (a profile per dtype), or re-run "
-                           "the profiler for attention")
-    for column, least in COUNT_COLUMNS.get(name, {}).items():
-        if column not in columns:
-            continue
-        blank_ok = column == "context_tokens"
-        bad = [i for i, v in enumerate(frame[column]) if not (
-            (blank_ok and _blank(v)) or _whole(v, least))]
-        if bad:  # the row, not its value
-            raise ProfileError(f"{source}: table '{name}' column '{column}' must hold whole "
-                               f"numbers of at least {least} (data row {bad[0] + 1} does not, "
-                               f"{len(bad)} rows in all). Fix: correct those rows or re-run the "
-                               "profiler for this table")
-    if name in ("gemm", "gemm_bwd"):
-        _check_gemm_rate(name, frame, source)
-    _check_repeats(name, frame, source)
-    if name == "eager":
-        _check_eager(frame, source)
-
-
-def _check_eager(frame: "pd.DataFrame | Table", source: str) -> None:
-    """An FB row (forward and backward) takes longer than the F row of the same point: B = FB - F
-    (costs/eager.py), so FB <= F made every backward's floor 0 s without a word."""
-    keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS and c != "op"]
-    forward: dict[tuple, tuple[int, float]] = {}
-    rows = list(zip(frame["op"], zip(*(frame[c] for c in keys)), map(_number, frame["time_s"])))
-    for row, (op, key, seconds) in enumerate(rows):
-        if op == "F":
-            forward.setdefault(key, (row, seconds))
-    for row, (op, key, seconds) in enumerate(rows):
-        found = forward.get(key) if op == "FB" else None
-        if found is not None and seconds <= found[1]:
-            raise ProfileError(f"{source}: table 'eager' must time an FB row (forward and "
-                               f"backward) above the F row of its point (data row {row + 1} is "
-                               f"not above row {found[0] + 1}). Fix: re-run the profiler for eager")
-
-
-# what a row records of its measurement rather than of what was measured: rows equal in every
-# other column are one point measured more than once
-MEASUREMENT_COLUMNS = ("time_s", "time_s_spread", "repeats", "method", "source",
-                       "algbw_bytes_per_s")
-MAX_REPEAT_RATIO = 1.5  # the most a point's repeated measurements may disagree (slowest/fastest)
-
-
-def _check_repeats(name: str, frame: "pd.DataFrame | Table", source: str) -> None:
-    """A point measured more than once must agree with itself within ``MAX_REPEAT_RATIO``: the
-    lookups combine repeats (a geometric mean, a median or the larger, by table), so a repeat
-    ten times slower moved a GEMM's time 4x without a word. The rows are named, never values."""
-    if "time_s" not in frame.columns:
-        return
-    keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS]
-    first: dict[tuple, int] = {}
-    for row, (key, seconds) in enumerate(zip(zip(*(frame[c] for c in keys)), frame["time_s"])):
-        seen = first.setdefault(key, row)
-        if seen == row:
-            continue
-        a, b = sorted((_number(frame["time_s"][seen]), _number(seconds)))
-        if b > MAX_REPEAT_RATIO * a:
-            raise ProfileError(
-                f"{source}: table '{name}' measures one point twice with times more than "
-                f"{MAX_REPEAT_RATIO:g}x apart (data rows {seen + 1} and {row + 1}, equal in every "
-                f"column but {', '.join(c for c in MEASUREMENT_COLUMNS if c in frame.columns)}). "
-                "Fix: keep one row per point (the measurement you trust), or re-run the profiler "
-                f"for {name}")
-
-
-def _floats(column: Any) -> "np.ndarray":
-    """A checked column as float64 (read as numbers, or as text of numbers)."""
-    import numpy as np
-
-    try:
-        return np.asarray(column, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_number(v) for v in column], dtype=np.float64)
-
-
-def _check_gemm_rate(name: str, frame: "pd.DataFrame | Table", source: str) -> None:
-    """No row implies more than ``MAX_GEMM_FLOPS_PER_S`` (2 m n k / time_s; its columns already
-    checked as whole numbers and times); the row is named, never its values."""
-    import numpy as np
-
-    m, n, k, time_s = map(_floats, (frame[c] for c in ("m", "n", "k", "time_s")))
-    fast = np.flatnonzero(2 * m * n * k > MAX_GEMM_FLOPS_PER_S * time_s)
-    if len(fast):
-        raise ProfileError(f"{source}: table '{name}' data row {fast[0] + 1} implies more than "
-                           f"{MAX_GEMM_FLOPS_PER_S / 1e15:g} PFLOP/s (2 m n k / time_s; the "
-                           "fastest GPU's dense BF16 is 2.25). Fix: time_s is in seconds; "
-                           f"correct the row or re-run the profiler for {name}")
-
-
-def _check_attention(frame: "pd.DataFrame | Table", source: str) -> None:
-    """``causal`` is True or False in every row, and a causal row's queries are the last q_tokens
-    of its kv_tokens (q <= kv)."""
-    causal = [str(v).strip().lower() for v in frame["causal"]]
-    bad = [i for i, v in enumerate(causal) if v not in ("true", "false")]
-    if bad:
-        raise ProfileError(f"{source}: table 'attention' column 'causal' must hold True or False "
-                           f"(data row {bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct "
-                           "those rows or re-run the profiler for this table")
-    bad = [i for i, (c, q, kv) in enumerate(zip(causal, frame["q_tokens"], frame["kv_tokens"]))
-           if c == "true" and _number(q) > _number(kv)]
-    if bad:
-        raise ProfileError(f"{source}: table 'attention' must have q_tokens <= kv_tokens in its "
-                           f"causal rows (the queries are the last q_tokens of kv_tokens; data row "
-                           f"{bad[0] + 1} does not, {len(bad)} rows in all). Fix: correct those "
-                           "rows or re-run the profiler for this table")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,9 +52,10 @@ REQUIRED_TABLES = ("gemm", "attention")  # collectives.csv is optional (see coll
 # kernel from the is_causal rows on the diagonal; they are looked up as kernel
 # "<kernel>+context" and never interpolated with the diagonal's.
 CONTEXT_SUFFIX = "+context"
-from ltsim.profile_files import (COLLECTIVE_OPS, CONTEXT_MASKS, METHODS, OP_ALIASES,
-                                 TABLE_COLUMNS, ProfileMeta, Table, check_table, read_host_copies,
-                                 read_meta, read_optional_rows, read_rows, read_table, write_meta,
+from ltsim.profile_checks import (COLLECTIVE_OPS, CONTEXT_MASKS, OP_ALIASES, TABLE_COLUMNS,
+                                  check_table)
+from ltsim.profile_files import (METHODS, ProfileMeta, Table, read_host_copies, read_meta,
+                                 read_optional_rows, read_rows, read_table, write_meta,
                                  write_table)
 
 __all__ = ["CONTEXT_SUFFIX", "METHODS", "PROFILES_DIR", "REQUIRED_TABLES",

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ltsim.errors import ProfileError
-from ltsim.profile_files import COLLECTIVE_OPS
+from ltsim.profile_checks import COLLECTIVE_OPS
 from ltsim.profiler.tables import Advance, Emit, Point, Row, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, TimingPlan, summarize
 

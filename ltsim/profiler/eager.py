@@ -37,7 +37,7 @@ import torch
 from ltsim.executor.model import Transformer, pack_chunk
 from ltsim.executor.state import StateStore, backward_chunk, forward_chunk, recompute_chunk
 from ltsim.model import get_model
-from ltsim.profile_files import EAGER_OPS, OPTIMIZERS
+from ltsim.profile_checks import EAGER_OPS, OPTIMIZERS
 from ltsim.profiler.shapes import ShardShape
 from ltsim.profiler.tables import Point, make_point
 from ltsim.profiler.timing import TORCH_DTYPES, Bench, Case

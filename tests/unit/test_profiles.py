@@ -708,3 +708,21 @@ def test_a_lookup_of_a_size_that_is_not_finite_is_a_value_error(lookup):
     """A fuzzing review: NaN was an IndexError inside the lookup, inf a finite 3.6 s."""
     with pytest.raises(ValueError, match=r"lookup needs finite sizes"):
         lookup(load_profile("h100-sxm5-80gb"))
+
+
+@pytest.mark.parametrize("table,pattern", [
+    ("collectives", r"table 'collectives' data row 8 implies more than 10 TB/s of bus bandwidth"),
+    ("attention", r"table 'attention' data row 8 implies more than 10 PFLOP/s")])
+def test_a_collective_or_attention_row_faster_than_any_hardware_is_refused(tmp_path, table,
+                                                                           pattern):
+    """A fuzzing review: collectives.csv at 1e-3 of its times (1000x NVLink) read a prediction
+    of 400 ms without a word; as GEMM rows past 10 PFLOP/s are, such rows are named."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    frame = read_table(directory, table)
+    frame.loc[frame.index[7], "time_s"] = 1e-9  # the least time a row may hold
+    frame.to_csv(directory / f"{table}.csv", index=False)
+    from ltsim.profile_files import read_optional_rows
+
+    with pytest.raises(ProfileError, match=pattern):
+        read_optional_rows(directory, table)
