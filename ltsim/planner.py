@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import numbers
 import os
 import re
 import signal
@@ -326,7 +327,7 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(row):
         ok = row.get("fits") is True and "error" not in row
         time_s = row.get("iteration_time_s")
-        known = isinstance(time_s, (int, float)) and math.isfinite(time_s) and time_s > 0
+        known = isinstance(time_s, numbers.Real) and math.isfinite(time_s) and time_s > 0
         return (not ok, "error" in row, time_s if known else math.inf)
 
     for row in rows:

@@ -209,19 +209,23 @@ def _check_repeats(name: str, frame: "pd.DataFrame | Table", source: str) -> Non
     if "time_s" not in frame.columns:
         return
     keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS]
-    first: dict[tuple, int] = {}
-    for row, (key, seconds) in enumerate(zip(zip(*(frame[c] for c in keys)), frame["time_s"])):
-        seen = first.setdefault(key, row)
-        if seen == row:
-            continue
-        a, b = sorted((_number(frame["time_s"][seen]), _number(seconds)))
-        if b > MAX_REPEAT_RATIO * a:
+    # per point, its fastest and slowest rows: (time, row) of each (the extremes, whatever the
+    # rows' order: three repeats 2x apart passed when each was within 1.5x of the first)
+    span: dict[tuple, tuple[tuple[float, int], tuple[float, int]]] = {}
+    for row, (key, seconds) in enumerate(zip(zip(*(frame[c] for c in keys)),
+                                             map(_number, frame["time_s"]))):
+        low, high = span.get(key, ((seconds, row), (seconds, row)))
+        span[key] = (min(low, (seconds, row)), max(high, (seconds, row)))
+    for (fast, one), (slow, other) in span.values():
+        if slow > MAX_REPEAT_RATIO * fast:
+            first, second = sorted((one, other))
             raise ProfileError(
                 f"{source}: table '{name}' measures one point twice with times more than "
-                f"{MAX_REPEAT_RATIO:g}x apart (data rows {seen + 1} and {row + 1}, equal in every "
-                f"column but {', '.join(c for c in MEASUREMENT_COLUMNS if c in frame.columns)}). "
-                "Fix: keep one row per point (the measurement you trust), or re-run the profiler "
-                f"for {name}")
+                f"{MAX_REPEAT_RATIO:g}x apart (data rows {first + 1} and {second + 1}, equal in "
+                f"every column but "
+                f"{', '.join(c for c in MEASUREMENT_COLUMNS if c in frame.columns)}). Fix: keep "
+                "one row per point (the measurement you trust), or re-run the profiler for "
+                f"{name}")
 
 
 def _floats(column: Any) -> "np.ndarray":

@@ -26,6 +26,7 @@ this project's CI machine, which has no GPU.
 
 from __future__ import annotations
 
+import numbers
 import os
 import socket
 import statistics
@@ -219,7 +220,7 @@ def check_counts(warmup: object, repeats: object, seed: object = 0) -> None:
     """The iteration counts (and the seed) of an execution: whole numbers, checked before any
     work (a float or a string failed inside the device processes after the prediction ran)."""
     for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 1), ("seed", seed, 0)):
-        check_argument(name, value, int, f"a whole number of at least {least}")
+        check_argument(name, value, numbers.Integral, f"a whole number of at least {least}")
         if value < least:
             raise ConfigError(name, f"a whole number of at least {least}", value)
 

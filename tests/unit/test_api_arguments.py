@@ -49,8 +49,22 @@ def test_one_grid_spec_as_text_is_one_key():
 
 
 def test_rank_puts_a_time_that_is_not_a_number_last():
+    import numpy as np
+
     rows = [{"fits": True, "iteration_time_s": math.nan}, {"fits": True, "iteration_time_s": 2.0}]
     assert [r["iteration_time_s"] for r in rank(rows)][0] == 2.0
+    rows = [{"fits": True, "iteration_time_s": 5.0},  # a numpy number is a number (a review)
+            {"fits": True, "iteration_time_s": np.float32(3.0)}]
+    assert [float(r["iteration_time_s"]) for r in rank(rows)] == [3.0, 5.0]
+
+
+def test_validate_counts_take_numpy_integers():
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from ltsim.executor.runtime import check_counts
+
+    check_counts(np.int64(1), np.int64(3), np.int32(0))  # (the old check took them)
 
 
 @pytest.mark.parametrize("path", ["noext", "folder/", "/dev/null"])

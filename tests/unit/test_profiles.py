@@ -280,6 +280,20 @@ def test_elementwise_rows_are_read_by_the_model_dtype(tmp_path):
     assert [n for n in notes if n.startswith("elementwise.csv has no bf16 rows")]
 
 
+def test_repeats_are_judged_by_their_extremes_whatever_their_order(tmp_path):
+    """A review: 0.010, 0.0145 and 0.007 s (2.07x apart) passed, each within 1.5x of the first;
+    the fastest and the slowest rows are named."""
+    from ltsim.profile_files import read_optional_rows
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    (directory / "host_copy.csv").write_text(
+        "direction,host_memory,bytes,time_s\nd2h,pageable,1048576,0.010\n"
+        "d2h,pageable,1048576,0.0145\nd2h,pageable,1048576,0.007\n")
+    with pytest.raises(ProfileError, match=r"\(data rows 2 and 3, equal"):
+        read_optional_rows(directory, "host_copy")
+
+
 def test_a_column_named_twice_is_refused(tmp_path):
     """A header naming time_s twice read the last copy (a column of 5 s: MFU 0%)."""
     directory = tmp_path / "p"
