@@ -150,12 +150,6 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                "rows or re-run the profiler for this table")
     if name == "attention":
         _check_attention(frame, source)
-    if name == "attention" and "dtype" in columns and len({d for d in frame["dtype"]
-                                                           if not _blank(d) and d}) > 1:
-        raise ProfileError(f"{source}: table 'attention' must time one dtype (its lookup does not "
-                           "tell them apart: rows of another dtype were combined with the "
-                           "model's). Fix: keep one dtype's rows (a profile per dtype), or re-run "
-                           "the profiler for attention")
     for column, least in COUNT_COLUMNS.get(name, {}).items():
         if column not in columns:
             continue

@@ -184,8 +184,27 @@ def _stamp(path: Path) -> tuple:
     return tuple(out)
 
 
-def _stand_in(dtype: str, dtypes: tuple[str, ...]) -> str:
-    """``dtype`` if a GEMM table has it, else the 16-bit type that stands in for it ("" if none)."""
+def _attention_lookups(attention: Table
+                       ) -> tuple[AttentionLookup, dict[str, AttentionLookup], frozenset[str]]:
+    """The lookup of all the rows, one per dtype the rows name when they name several (each
+    with the rows of no dtype; a table of one dtype has one lookup, keyed ""), and those dtypes.
+    The profiler times each model's dtype (llama-tiny in fp32 beside Qwen in bf16); one lookup of
+    both combined their rows (the slower won)."""
+    columns = ("kernel", "pass", "causal", "head_dim", "num_heads", "q_tokens", "kv_tokens",
+               "time_s")
+    whole = AttentionLookup(_monotone_attention(attention.rows(*columns)))
+    cells = attention["dtype"] if "dtype" in attention.columns else [None] * len(attention)
+    dtypes = frozenset(d for d in cells if d)
+    if len(dtypes) < 2:
+        return whole, {"": whole}, dtypes
+    rows = list(attention.rows(*columns))
+    return whole, {d: AttentionLookup(_monotone_attention(
+        [row for row, cell in zip(rows, cells) if cell in (d, None, "")])) for d in sorted(dtypes)
+    }, dtypes
+
+
+def stand_in(dtype: str, dtypes: tuple[str, ...]) -> str:
+    """``dtype`` if a table has it, else the 16-bit type that stands in for it ("" if none)."""
     return dtype if dtype in dtypes else {"bf16": "fp16", "fp16": "bf16"}.get(dtype, "")
 
 
@@ -214,7 +233,7 @@ class Profile:
 
     __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
                  "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables",
-                 "host_copies", "attention_dtypes")
+                 "host_copies", "attention_dtypes", "_attention_by")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -230,9 +249,6 @@ class Profile:
         self._gemm = GemmLookup(gemm.rows("dtype", "m", "n", "k", "time_s"), quantum=quantum)
         self._gemm_bwd = _backward_gemms(self.path, quantum)
         self.host_copies = read_host_copies(self.path)
-        # the dtypes its rows name (blank: none); the lookup reads one, so one at most
-        self.attention_dtypes = frozenset(
-            d for d in (attention["dtype"] if "dtype" in attention.columns else ()) if d)
         kernel = (attention["kernel"] if "kernel" in attention.columns
                   else ["default"] * len(attention))
         if "mask" in attention.columns:  # a masked kernel for slices with context is its own table
@@ -240,8 +256,7 @@ class Profile:
                       for k, m in zip(kernel, attention["mask"])]
         attention = attention.with_column("kernel", kernel).with_column(
             "causal", [_as_bool(c) for c in attention["causal"]])
-        self._attention = AttentionLookup(_monotone_attention(attention.rows(
-            "kernel", "pass", "causal", "head_dim", "num_heads", "q_tokens", "kv_tokens", "time_s")))
+        self._attention, self._attention_by, self.attention_dtypes = _attention_lookups(attention)
         self._collectives = None if collectives is None else CollectiveLookup(
             collectives.rows("op", "group_size", "scope", "bytes", "time_s"))
         kernels = tuple(k for k in self._attention.kernels if not k.endswith(CONTEXT_SUFFIX))
@@ -281,7 +296,7 @@ class Profile:
         if min(m, n, k) <= 0:
             return 0.0
         dtypes = self._gemm.dtypes
-        use = _stand_in(dtype, dtypes)
+        use = stand_in(dtype, dtypes)
         if use not in dtypes:
             known = [d for d in dtypes if d in DTYPES]  # (a cell is not quoted: file content)
             has = f"has {', '.join(known)}" if known else f"none of {', '.join(DTYPES)}"
@@ -292,7 +307,7 @@ class Profile:
 
     def best_gemm_flops_per_s(self, dtype: str) -> float:
         """The most FLOP/s a gemm.csv row of ``dtype`` (or its stand-in) measured; 0 without."""
-        return self._gemm.best_flops_per_s.get(_stand_in(dtype, self._gemm.dtypes), 0.0)
+        return self._gemm.best_flops_per_s.get(stand_in(dtype, self._gemm.dtypes), 0.0)
 
     def gemm_backward_time_s(self, m: int, n: int, k: int, dtype: str = "bf16"
                              ) -> tuple[float, float] | None:
@@ -301,26 +316,31 @@ class Profile:
         if self._gemm_bwd is None or min(m, n, k) <= 0:
             return None
         dgrad, wgrad = self._gemm_bwd["dgrad"], self._gemm_bwd["wgrad"]
-        use = _stand_in(dtype, dgrad.dtypes)
+        use = stand_in(dtype, dgrad.dtypes)
         if use not in dgrad.dtypes or use not in wgrad.dtypes:
             return None
         return self._cached(("gemm_bwd", m, n, k, use), lambda notes: (  # type: ignore[return-value]
             dgrad.time_s(m, n, k, use, notes), wgrad.time_s(m, n, k, use, notes)))
 
     def attention_time_s(self, q_tokens: int, kv_tokens: int, *, num_heads: int, num_kv_heads: int,
-                         head_dim: int, causal: bool = True, pass_: str = "fwd") -> float:
+                         head_dim: int, causal: bool = True, pass_: str = "fwd",
+                         dtype: str = "") -> float:
         """Seconds of one attention kernel pass (``pass_`` "fwd" or "bwd") over one sequence slice:
         q_tokens queries against kv_tokens keys (context plus the slice itself), at the packed
-        (varlen) throughput of the tables. num_kv_heads does not change the time (GQA)."""
+        (varlen) throughput of the tables. num_kv_heads does not change the time (GQA). Of a
+        table of several dtypes, the rows of ``dtype`` (or its 16-bit stand-in; else the first
+        dtype's) with those of no dtype."""
         if pass_ not in ("fwd", "bwd"):
             raise ValueError(f"pass_ must be 'fwd' or 'bwd' (got {pass_!r})")
         if min(q_tokens, kv_tokens, num_heads, head_dim) <= 0:
             return 0.0
-        key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_)
+        use = stand_in(dtype, tuple(self._attention_by))
+        lookup = self._attention_by.get(use) or self._attention_by[min(self._attention_by)]
+        key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_, use)
         kernel = self.attention_kernel
-        if kv_tokens > q_tokens and kernel + CONTEXT_SUFFIX in self._attention.kernels:
+        if kv_tokens > q_tokens and kernel + CONTEXT_SUFFIX in lookup.kernels:
             kernel += CONTEXT_SUFFIX  # queries with earlier context ran the masked kernel
-        return self._cached(key, lambda notes: self._attention.time_s(
+        return self._cached(key, lambda notes: lookup.time_s(
             q_tokens, kv_tokens, num_heads=num_heads, head_dim=head_dim, causal=bool(causal),
             pass_=pass_, kernel=kernel, notes=notes))
 

@@ -45,27 +45,36 @@ from ltsim.units import dtype_bytes
 FP32_BYTES = 4
 
 
-def cards_s(profile: Profile, op: str, n: int, nodes: int, nbytes: float) -> float:
+def cards_s(profile: Profile, op: str, n: int, nodes: int, nbytes: float,
+            per_node: int | None = None) -> float:
     """The least time of an inter-node collective of ``n`` ranks over ``nodes`` nodes: one card's
-    point-to-point time for its share of what leaves each node (module docstring); 0 when the
-    profile has no inter-node send_recv rows."""
+    point-to-point time for its share of what leaves each node (module docstring), the node
+    with the fewest of the ranks (``per_node``; ceil(n / nodes) when spread evenly) carrying the
+    most per card; 0 when the profile has no inter-node send_recv rows."""
     if not profile.has_collective_rows("send_recv", "inter"):
         return 0.0
-    per_node = -(-n // nodes)
+    per_node = per_node or -(-n // nodes)
     leaving = (n - per_node) / n if op == "all_to_all" else bus_factor(op, n)
     return profile.collective_time_s("send_recv", group_size=2, scope="inter",
                                      num_bytes=int(leaving * nbytes / per_node))
 
 
-def group_nodes(size: int, cluster: ClusterSpec) -> int:
-    """The most nodes one group of ``size`` consecutive GPU ranks spans (the groups [k size,
-    (k + 1) size): a tensor-parallel group, whose ranks come first in the layout's order); more
-    than ceil(size / gpus_per_node) when ``size`` and gpus_per_node do not divide one another
-    and a group straddles a node boundary."""
+def group_spread(size: int, cluster: ClusterSpec) -> tuple[int, int]:
+    """(the most nodes one group of ``size`` consecutive GPU ranks spans, the fewest of a
+    group's ranks on one of its nodes), over the groups [k size, (k + 1) size): tensor-parallel
+    groups, whose ranks come first in the layout's order. When ``size`` and gpus_per_node do not
+    divide one another a group straddles a node boundary unevenly (tp 4 on nodes of 3: 3 + 1),
+    and its node of one rank sends through one card."""
     gpn = cluster.gpus_per_node
     period = math.lcm(size, gpn) // size  # the groups repeat their placement after this many
-    count = min(max(cluster.num_devices // size, 1), period)
-    return max(((k + 1) * size - 1) // gpn - k * size // gpn + 1 for k in range(count))
+    nodes, fewest = 1, min(size, gpn)
+    for k in range(min(max(cluster.num_devices // size, 1), period)):
+        low, high = k * size, (k + 1) * size - 1
+        spans = high // gpn - low // gpn + 1
+        if spans > 1:
+            first, last = gpn - low % gpn, high % gpn + 1  # its ranks on its first and last node
+            nodes, fewest = max(nodes, spans), min(fewest, first, last)
+    return nodes, fewest
 
 
 class CommCosts:

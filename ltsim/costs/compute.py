@@ -44,14 +44,14 @@ from operator import sub
 import numpy as np
 
 import ltsim.memory as mem
-from ltsim.costs.comm import cards_s, group_nodes
+from ltsim.costs.comm import cards_s, group_spread
 from ltsim.costs.eager import eager_costs
 from ltsim.hardware import ClusterSpec
 from ltsim.lookup import interp_at
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
 from ltsim.plan import Keep, OpKind, Slice, Split, Work
-from ltsim.profiles import Profile, read_optional_rows
+from ltsim.profiles import Profile, read_optional_rows, stand_in
 from ltsim.units import dtype_bytes
 from ltsim.work import SLICE_START, SLICE_STOP
 
@@ -71,17 +71,22 @@ class ComputeCosts:
         # buffer, torch's .grad); fp32 main gradients are taken to be accumulated inside the wgrad
         # GEMM (Megatron-LM's gradient_accumulation_fusion, its default)
         self.accumulate_grads = accumulate_grads
+        # a table's rows of the model's dtype, else of its 16-bit stand-in (bf16 for fp16, as
+        # GEMM rows are read), else of none; another dtype's are said
         by_dtype = _elementwise_curves(str(profile.path), profile.tables)
-        self._elementwise = by_dtype.get(model.dtype) or by_dtype.get("", {})
-        if by_dtype and model.dtype not in by_dtype:
+        use = stand_in(model.dtype, tuple(by_dtype))
+        self._elementwise = by_dtype.get(use) or by_dtype.get("", {})
+        if by_dtype and use not in by_dtype:
             profile.note(f"elementwise.csv has no {model.dtype} rows: norms, residual adds, RoPE "
                          "and the activation are priced "
                          + ("from its rows of no dtype" if "" in by_dtype
                             else "as their bytes through device memory"))
         attention = profile.attention_dtypes
-        if attention and model.dtype not in attention:
+        if attention and stand_in(model.dtype, tuple(attention)) not in attention:
             profile.note(f"attention.csv times {' and '.join(sorted(attention))} attention; the "
-                         f"model is {model.dtype}: its attention is priced at those times")
+                         f"model is {model.dtype}: its attention is priced at "
+                         + ("those times" if len(attention) == 1 else
+                            f"{sorted(attention)[0]}'s"))
         self._floor, _, borrowed = eager_costs(str(profile.path), model, profile.tables)
         for note in borrowed:  # rows of another model: reported once per run
             profile.note(note)
@@ -315,19 +320,21 @@ class ComputeCosts:
     def _tp_call_s(self, op: str, tp: int, nbytes: int) -> float:
         """One tensor-parallel collective of a layer: the intra-node rows when every TP group
         is inside a node, else the inter-node rows, never faster than the ranks' network cards
-        allow (costs/comm.py), for the group that spans the most nodes (``group_nodes``)."""
-        nodes = group_nodes(tp, self.cluster)
+        allow (costs/comm.py), for the group that spreads worst (``group_spread``: the most
+        nodes, the fewest ranks and so cards on one of them)."""
+        nodes, fewest = group_spread(tp, self.cluster)
         gpn = self.cluster.gpus_per_node
-        if nodes > -(-tp // gpn):
+        if fewest < min(tp, gpn):
             self.profile.note(f"parallel.tp = {tp} and hardware.gpus_per_node = {gpn} do not "
-                              f"divide one another: a TP group straddles {nodes} nodes, and "
-                              "every layer's TP collectives are priced as that group's")
+                              f"divide one another: a TP group spreads over {nodes} nodes with "
+                              f"{fewest} of its ranks on one, and every layer's TP collectives "
+                              "are priced as that group's")
         if nodes == 1:
             return self.profile.collective_time_s(op, group_size=tp, scope="intra",
                                                   num_bytes=nbytes)
         return max(self.profile.collective_time_s(op, group_size=tp, scope="inter",
                                                   num_bytes=nbytes),
-                   cards_s(self.profile, op, tp, nodes, nbytes))
+                   cards_s(self.profile, op, tp, nodes, nbytes, fewest))
 
     def _elementwise_s(self, tokens: int, tp: int) -> tuple[float, float]:
         """Norms, residual adds, RoPE and the MLP activation of one layer (forward, backward):
@@ -362,10 +369,11 @@ class ComputeCosts:
         if split.cp > 1 and split.cp_kind == "ulysses":
             return self.profile.attention_time_s(q, kv, num_heads=max(1, heads // split.cp),
                                                  num_kv_heads=max(1, kv_heads // split.cp),
-                                                 head_dim=m.head_dim, pass_=pass_)
+                                                 head_dim=m.head_dim, pass_=pass_,
+                                                 dtype=m.dtype)
         if split.cp == 1:
             return self.profile.attention_time_s(q, kv, num_heads=heads, num_kv_heads=kv_heads,
-                                                 head_dim=m.head_dim, pass_=pass_)
+                                                 head_dim=m.head_dim, pass_=pass_, dtype=m.dtype)
         # Ring CP (Megatron's load-balanced zig-zag): each rank runs cp steps, each a kernel over its
         # q/cp queries and one kv/cp block, 1/cp of the work in cp small kernels. Pricing the
         # blocks, not the whole slice / cp, keeps the small-kernel inefficiency that makes CP slow
@@ -376,7 +384,7 @@ class ComputeCosts:
         kv_block = q_block + -(-(kv - q) // split.cp)
         return split.cp * self.profile.attention_time_s(q_block, kv_block, num_heads=heads,
                                                         num_kv_heads=kv_heads, head_dim=m.head_dim,
-                                                        pass_=pass_)
+                                                        pass_=pass_, dtype=m.dtype)
 
     def _head_s(self, tokens: int, tp: int, backward: bool, tiled: bool = False) -> float:
         m = self.model

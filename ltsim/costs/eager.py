@@ -30,17 +30,23 @@ import statistics
 
 from ltsim.model import CATALOG, ModelSpec
 from ltsim.plan import Keep, OpKind
-from ltsim.profiles import Table, read_optional_rows
+from ltsim.profiles import Table, read_optional_rows, stand_in
 
 
 def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[str],
               **match: str) -> Table | None:
     """The table's rows (those equal to ``match`` too) of ``model`` in the model's dtype, else of
     the nearest measured model; None when the profile has no such table."""
-    rows = read_optional_rows(directory, table)
-    if rows is None:
+    table_rows = read_optional_rows(directory, table)
+    if table_rows is None:
         return None
-    rows = rows.where(**match, dtype=model.dtype)
+    rows = table_rows.where(**match, dtype=model.dtype)
+    if not len(rows):  # the 16-bit stand-in's (bf16 rows for an fp16 model, as GEMM rows are read)
+        partner = stand_in(model.dtype, ())
+        rows = table_rows.where(**match, dtype=partner) if partner else rows
+    if not len(rows) and len(table_rows):  # (an fp16 model ran without its floor, unsaid)
+        notes.append(f"{table}.csv has no {model.dtype} rows: it is not used")
+        return rows
     models = rows["model"]
     if model.name in models:
         return rows.where(model=model.name)

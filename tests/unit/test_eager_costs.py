@@ -305,3 +305,17 @@ def test_an_eager_table_without_its_backward_rows_is_said(tmp_path):
     floor, _, notes = eager_costs(str(directory), get_model("llama-tiny"))
     assert floor is None
     assert [n for n in notes if "priced by their kernels alone, without the eager floor" in n]
+
+
+def test_an_fp16_model_reads_the_bf16_eager_rows_and_an_fp32_one_is_said():
+    """A commit review: an fp16 model on the H100 profile ran without the eager floor (its rows
+    are bf16), 2.7x faster than bf16, without a word. bf16's rows stand in for fp16's, as GEMM
+    rows do; a dtype with none is said."""
+    bf16 = get_model("qwen2.5-7b")
+    directory = str(REPO / "profiles" / "h100-sxm5-80gb")
+    floor, _, notes = eager_costs(directory, bf16)
+    half, _, half_notes = eager_costs(directory, replace(bf16, dtype="fp16"))
+    assert floor is not None and half is not None and half.parts == floor.parts
+    assert not [n for n in half_notes if "no fp16 rows" in n]
+    full, _, full_notes = eager_costs(directory, replace(bf16, dtype="fp32"))
+    assert full is None and [n for n in full_notes if n == "eager.csv has no fp32 rows: it is not used"]

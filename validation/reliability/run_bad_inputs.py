@@ -678,10 +678,6 @@ CASES: tuple[Case, ...] = (
     Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
          (("p", Profile((("eager.csv", "model,op,layers,num_tokens,dtype,time_s\n"
                           "llama-tiny,F,1,16,fp32,0.002\nllama-tiny,FB,1,16,fp32,0.001\n"),))),)),
-    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "attention.csv",
-         (("p", Profile((("attention.csv", _ATTENTION + "".join(
-             line.replace(",fp32,", ",bf16,") + "\n"
-             for line in _ATTENTION.splitlines()[1:])),))),)),
 )
 
 
