@@ -262,6 +262,11 @@ def _clamp_note(notes: Notes, table: str, dim: str, value: float, lo: float, hi:
     return value
 
 
+# a GEMM of at least this many FLOPs (4096 x 4096 x 3072 is 1.03e11) is compute-bound on any GPU
+# ltsim knows: the bundled profiles' reach 80-92% of their presets' peaks
+LARGE_GEMM_FLOPS = 1e11
+
+
 class GemmLookup:
     """Time of C[m,n] = A[m,k] @ B[k,n] from (m, n, k) points.
 
@@ -273,16 +278,23 @@ class GemmLookup:
     FLOPs (constant throughput), never down.
     """
 
-    __slots__ = ("_shapes", "_weights", "_ranges", "best_flops_per_s", "dtypes")
+    __slots__ = ("_shapes", "_weights", "_ranges", "best_flops_per_s", "best_large_flops_per_s",
+                 "dtypes")
 
     def __init__(self, rows: list[tuple[str, int, int, int, float]], *, quantum: int = 0) -> None:
         points: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
         #: dtype -> the most FLOP/s any row measured (2 m n k / time)
         self.best_flops_per_s: dict[str, float] = {}
+        #: the same over the rows of at least LARGE_GEMM_FLOPS, which run near a device's peak
+        self.best_large_flops_per_s: dict[str, float] = {}
         for dtype, m, n, k, t in rows:
             if t > 0:
-                rate = 2.0 * float(m) * float(n) * float(k) / float(t)
+                flops = 2.0 * float(m) * float(n) * float(k)
+                rate = flops / float(t)
                 self.best_flops_per_s[dtype] = max(self.best_flops_per_s.get(dtype, 0.0), rate)
+                if flops >= LARGE_GEMM_FLOPS:
+                    self.best_large_flops_per_s[dtype] = max(
+                        self.best_large_flops_per_s.get(dtype, 0.0), rate)
             xs, ys = points.setdefault((dtype, int(n), int(k)), ([], []))
             xs.append(float(m))
             ys.append(float(t))

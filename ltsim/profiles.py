@@ -305,6 +305,11 @@ class Profile:
         return self._cached(("gemm", m, n, k, use),
                             lambda notes: self._gemm.time_s(m, n, k, use, notes))
 
+    def best_large_gemm_flops_per_s(self, dtype: str) -> float:
+        """``best_gemm_flops_per_s`` over the rows of at least lookup.LARGE_GEMM_FLOPS (0 without
+        such rows)."""
+        return self._gemm.best_large_flops_per_s.get(stand_in(dtype, self._gemm.dtypes), 0.0)
+
     def best_gemm_flops_per_s(self, dtype: str) -> float:
         """The most FLOP/s a gemm.csv row of ``dtype`` (or its stand-in) measured; 0 without."""
         return self._gemm.best_flops_per_s.get(stand_in(dtype, self._gemm.dtypes), 0.0)

@@ -40,6 +40,9 @@ from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile, sh
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
+# the share of a GPU preset's peak below which a profile's large GEMMs are noted: times in ms
+# read as s put them near 0.1%; the bundled profiles' reach 80-92% (their presets' own GPUs)
+SLOW_GEMM_SHARE = 0.02
 T = TypeVar("T")
 
 
@@ -94,6 +97,13 @@ class TableCostModel:
         if 0 < cluster.device.peak_flops_per_s < measured:
             self.profile.note(f"gemm.csv measured {measured / 1e12:.3g} TFLOP/s, above the "
                               f"{cluster.device.name} preset's peak: MFU is taken against it")
+        large = self.profile.best_large_gemm_flops_per_s(model.dtype)
+        if 0 < large < SLOW_GEMM_SHARE * cluster.device.peak_flops_per_s:  # (a GPU preset's)
+            self.profile.note(f"gemm.csv's large GEMMs reach at most {large / 1e12:.3g} TFLOP/s, "
+                              f"{large / cluster.device.peak_flops_per_s:.2%} of the "
+                              f"{cluster.device.name} preset's peak: are its times in "
+                              "milliseconds (time_s is in seconds), or measured on another "
+                              "device?")
         # the executor's SDPA path keeps a concatenated copy of the attention output; with a
         # boolean mask, the mask's bias too
         kernel = self.profile.attention_kernel

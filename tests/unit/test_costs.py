@@ -463,3 +463,29 @@ def test_a_gpt_position_table_keeps_its_catalog_shape():
     gpt = CATALOG["gpt-7b"]
     assert _catalog_shape(dataclasses.replace(gpt, max_position_embeddings=1 << 20))
     assert not _catalog_shape(dataclasses.replace(gpt, hidden_size=4224))
+
+
+def test_gemm_times_a_thousand_times_slow_are_said(tmp_path):
+    """A fuzzing review: gemm.csv in milliseconds read as seconds ran at 0.15% MFU without a
+    word (such rows are too slow, not too fast, for the 10 PFLOP/s check). The largest GEMMs
+    of a GPU profile run near its preset's peak (the bundled ones at 80-92%); below 2% is
+    said."""
+    import shutil
+
+    from ltsim.profiles import PROFILES_DIR, read_table
+
+    spec = get_model("qwen2.5-7b")
+    device = get_device("h100-sxm5-80gb")
+
+    def notes(profile):
+        cost = TableCostModel(spec, ClusterSpec(device=device, profile=str(profile)))
+        return [w for w in cost.warnings() if "large GEMMs reach at most" in w]
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "h100-sxm5-80gb", directory)
+    assert not notes(directory)
+    frame = read_table(directory, "gemm")
+    frame["time_s"] = frame["time_s"] * 1000
+    frame.to_csv(directory / "gemm.csv", index=False)
+    (note,) = notes(directory)
+    assert "0.08% of the h100-sxm5-80gb preset's peak" in note
