@@ -79,12 +79,15 @@ MAX_ATTENTION_FLOPS_PER_S = 10e15
 TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("dtype",),
     "gemm_bwd": ("dtype",),
-    "attention": ("kernel",),  # mask may be blank: no mask
+    "attention": ("kernel", "dtype"),  # mask may be blank: no mask
     "collectives": ("op", "scope"),
     "eager": ("model", "op", "dtype"),
     "elementwise": ("op", "dtype"),
     "optimizer": ("model", "optimizer", "dtype"),
 }
+# name columns a row may leave blank: attention rows published without a dtype (a numeric
+# dtype was a TypeError where the cost model names the table's dtypes)
+BLANK_NAMES = {("attention", "dtype")}
 # a name in a TEXT_COLUMNS cell: a word of letters, digits, '_', '.' and '-' (an attention kernel
 # may not hold '+': profiles.CONTEXT_SUFFIX marks a kernel's rows with context)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -141,8 +144,9 @@ def check_table(name: str, frame: "pd.DataFrame | Table", *, source: str) -> Non
                                f"{words} (data row {bad[0] + 1} does not). Fix: "
                                "correct those rows or re-run the profiler for this table")
     for column in (c for c in TEXT_COLUMNS.get(name, ()) if c in columns):
-        bad = [i for i, v in enumerate(frame[column])
-               if not isinstance(v, str) or not NAME.fullmatch(v.strip())]
+        blank_ok = (name, column) in BLANK_NAMES
+        bad = [i for i, v in enumerate(frame[column]) if not (blank_ok and _blank(v)) and (
+            not isinstance(v, str) or not NAME.fullmatch(v.strip()))]
         if bad:  # the row, not its value
             raise ProfileError(f"{source}: table '{name}' column '{column}' must hold names (letters, "
                                f"digits, '_', '.', '-'), not numbers or blanks (data row "
@@ -177,7 +181,7 @@ def _check_eager(frame: "pd.DataFrame | Table", source: str) -> None:
     (costs/eager.py), so FB <= F made every backward's floor 0 s without a word."""
     keys = [c for c in frame.columns if c not in MEASUREMENT_COLUMNS and c != "op"]
     forward: dict[tuple, tuple[int, float]] = {}
-    rows = list(zip(frame["op"], zip(*(frame[c] for c in keys)), map(_number, frame["time_s"])))
+    rows = list(zip(frame["op"], _keys(frame, keys), map(_number, frame["time_s"])))
     for row, (op, key, seconds) in enumerate(rows):
         if op == "F":
             forward.setdefault(key, (row, seconds))
@@ -206,8 +210,7 @@ def _check_repeats(name: str, frame: "pd.DataFrame | Table", source: str) -> Non
     # per point, its fastest and slowest rows: (time, row) of each (the extremes, whatever the
     # rows' order: three repeats 2x apart passed when each was within 1.5x of the first)
     span: dict[tuple, tuple[tuple[float, int], tuple[float, int]]] = {}
-    for row, (key, seconds) in enumerate(zip(zip(*(frame[c] for c in keys)),
-                                             map(_number, frame["time_s"]))):
+    for row, (key, seconds) in enumerate(zip(_keys(frame, keys), map(_number, frame["time_s"]))):
         low, high = span.get(key, ((seconds, row), (seconds, row)))
         span[key] = (min(low, (seconds, row)), max(high, (seconds, row)))
     for (fast, one), (slow, other) in span.values():
@@ -220,6 +223,13 @@ def _check_repeats(name: str, frame: "pd.DataFrame | Table", source: str) -> Non
                 f"{', '.join(c for c in MEASUREMENT_COLUMNS if c in frame.columns)}). Fix: keep "
                 "one row per point (the measurement you trust), or re-run the profiler for "
                 f"{name}")
+
+
+def _keys(frame: "pd.DataFrame | Table", columns: list[str]) -> list[tuple]:
+    """Each row's cells of ``columns``, a blank cell as None: written by pandas a blank is a NaN
+    of its own, which equals nothing (a table passed the checks written and failed them read)."""
+    return [tuple(None if _blank(v) else v for v in row)
+            for row in zip(*(frame[c] for c in columns))]
 
 
 def _floats(column: Any) -> "np.ndarray":

@@ -184,6 +184,15 @@ def _stamp(path: Path) -> tuple:
     return tuple(out)
 
 
+def _least(*sizes: float, lookup: str) -> float:
+    """The least of a lookup's sizes, each checked finite first (a NaN was an IndexError inside
+    the lookup, inf a finite time, -inf 0 s; numpy numbers alike). Raises ValueError."""
+    for size in sizes:
+        if not math.isfinite(size):
+            raise ValueError(f"the {lookup} lookup needs finite sizes (got {size})")
+    return min(sizes)
+
+
 def _attention_lookups(attention: Table
                        ) -> tuple[AttentionLookup, dict[str, AttentionLookup], frozenset[str]]:
     """The lookup of all the rows, one per dtype the rows name when they name several (each
@@ -293,7 +302,7 @@ class Profile:
     def gemm_time_s(self, m: int, n: int, k: int, dtype: str = "bf16") -> float:
         """Seconds for C[m,n] = A[m,k] @ B[k,n]. Non-decreasing in m. Raises ProfileError for a
         dtype the table lacks (bf16 and fp16 stand in for each other)."""
-        if min(m, n, k) <= 0:
+        if _least(m, n, k, lookup="gemm") <= 0:
             return 0.0
         dtypes = self._gemm.dtypes
         use = stand_in(dtype, dtypes)
@@ -318,7 +327,7 @@ class Profile:
                              ) -> tuple[float, float] | None:
         """(dgrad, wgrad) seconds of the backward of the forward GEMM Y[m,n] = X[m,k] W^T, from
         gemm_bwd.csv; None when the profile has no such table (or no rows of the dtype)."""
-        if self._gemm_bwd is None or min(m, n, k) <= 0:
+        if self._gemm_bwd is None or _least(m, n, k, lookup="gemm_bwd") <= 0:
             return None
         dgrad, wgrad = self._gemm_bwd["dgrad"], self._gemm_bwd["wgrad"]
         use = stand_in(dtype, dgrad.dtypes)
@@ -337,12 +346,16 @@ class Profile:
         dtype's) with those of no dtype."""
         if pass_ not in ("fwd", "bwd"):
             raise ValueError(f"pass_ must be 'fwd' or 'bwd' (got {pass_!r})")
-        if min(q_tokens, kv_tokens, num_heads, head_dim) <= 0:
+        if _least(q_tokens, kv_tokens, num_heads, head_dim, lookup="attention") <= 0:
             return 0.0
         use = stand_in(dtype, tuple(self._attention_by))
         lookup = self._attention_by.get(use) or self._attention_by[min(self._attention_by)]
-        key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_, use)
         kernel = self.attention_kernel
+        if kernel not in lookup.kernels:  # timed in another dtype only: its rows of every dtype
+            self.note(f"attention.csv has no {kernel} rows of {dtype or 'the model dtype'}: "
+                      "that kernel's rows of the other dtypes are read")
+            lookup, use = self._attention, "*"
+        key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_, use)
         if kv_tokens > q_tokens and kernel + CONTEXT_SUFFIX in lookup.kernels:
             kernel += CONTEXT_SUFFIX  # queries with earlier context ran the masked kernel
         return self._cached(key, lambda notes: lookup.time_s(
@@ -357,7 +370,7 @@ class Profile:
             raise ValueError(f"op must be one of {', '.join(COLLECTIVE_OPS)} (got {op!r})")
         if scope not in ("intra", "inter"):
             raise ValueError(f"scope must be 'intra' or 'inter' (got {scope!r})")
-        if group_size <= 1 or num_bytes <= 0:
+        if group_size <= 1 or _least(num_bytes, lookup="collective") <= 0:
             return 0.0
         if self._collectives is None:
             raise ProfileError(_no_collectives(self.path, name, group_size))
@@ -441,9 +454,6 @@ class Profile:
     def _cached(self, key: tuple, compute) -> float:
         hit = self._cache.get(key)
         if hit is None:
-            bad = next((v for v in key[1:] if isinstance(v, float) and not math.isfinite(v)), None)
-            if bad is not None:  # (NaN was an IndexError inside the lookup, inf a finite time)
-                raise ValueError(f"the {key[0]} lookup needs finite sizes (got {bad})")
             if len(self._cache) >= _CACHE_ENTRIES:  # bound memory in long sweeps
                 self._cache.clear()
             notes: list[tuple] = []

@@ -45,7 +45,9 @@ def _rows_for(directory: str | Path, table: str, model: ModelSpec, notes: list[s
         partner = stand_in(model.dtype, ())
         rows = table_rows.where(**match, dtype=partner) if partner else rows
     if not len(rows) and len(table_rows):  # (an fp16 model ran without its floor, unsaid)
-        notes.append(f"{table}.csv has no {model.dtype} rows: it is not used")
+        what = " ".join(map(str, match.values()))  # (optimizer.csv's are adam's)
+        notes.append(f"{table}.csv has no {what + ' ' if what else ''}rows of {model.dtype}: it "
+                     "is not used")
         return rows
     models = rows["model"]
     if model.name in models:

@@ -726,6 +726,12 @@ def test_a_local_profile_folder_written_with_a_slash_is_the_local_one(tmp_path, 
 
 
 @pytest.mark.parametrize("lookup", [
+    lambda p: p.gemm_time_s(np.float32("nan"), 64, 64, "bf16"),
+    lambda p: p.gemm_time_s(-math.inf, 64, 64, "bf16"),
+    lambda p: p.attention_time_s(np.float32("inf"), 64, num_heads=8, num_kv_heads=8,
+                                 head_dim=128),
+    lambda p: p.collective_time_s("all_reduce", group_size=8, scope="intra",
+                                  num_bytes=np.float64("nan")),
     lambda p: p.gemm_time_s(math.nan, 64, 64, "bf16"),
     lambda p: p.attention_time_s(math.inf, math.inf, num_heads=8, num_kv_heads=8, head_dim=128),
     lambda p: p.collective_time_s("all_reduce", group_size=8, scope="intra", num_bytes=math.nan)])
@@ -751,3 +757,47 @@ def test_a_collective_or_attention_row_faster_than_any_hardware_is_refused(tmp_p
 
     with pytest.raises(ProfileError, match=pattern):
         read_optional_rows(directory, table)
+
+
+def test_a_kernel_timed_in_another_dtype_only_reads_its_rows_of_every_dtype(tmp_path):
+    """A commit review: the profiler labels fp32 attention torch_sdpa and bf16 flash_attn_varlen
+    (with flash-attn installed), so a per-dtype lookup lacked the default kernel: a KeyError
+    traceback. That kernel's rows are read whatever their dtype, and the warnings say so."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    frame = read_table(directory, "attention")
+    other = frame.copy()
+    other["dtype"], other["kernel"] = "bf16", "flash_attn_varlen"
+    pd.concat([frame, other]).to_csv(directory / "attention.csv", index=False)
+    profile = Profile(directory)  # default kernel: the first, torch_sdpa (fp32 rows only)
+    shape = dict(num_heads=8, num_kv_heads=4, head_dim=32)
+    fp32 = profile.attention_time_s(64, 64, dtype="fp32", **shape)
+    assert profile.attention_time_s(64, 64, dtype="bf16", **shape) == fp32
+    assert [w for w in profile.warnings() if "has no torch_sdpa rows of bf16" in w]
+
+
+def test_attention_dtypes_are_names_or_blank(tmp_path):
+    """A review: a dtype cell of 32 was a TypeError traceback where the dtypes are named."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    frame = read_table(directory, "attention")
+    frame["dtype"] = 32  # a column of numbers reads as numbers
+    frame.to_csv(directory / "attention.csv", index=False)
+    with pytest.raises(ProfileError, match=r"table 'attention' column 'dtype' must hold names"):
+        Profile(directory)
+    frame["dtype"] = "fp32"
+    frame["dtype"] = frame["dtype"].astype(object)
+    frame.loc[frame.index[2], "dtype"] = None  # a blank dtype: a published row
+    frame.to_csv(directory / "attention.csv", index=False)
+    Profile(directory)
+
+
+def test_repeats_with_blank_cells_are_judged_alike_written_and_read(tmp_path):
+    """A review: pandas writes a blank cell as a NaN of its own, which equals nothing, so a
+    table passed the repeats check when written and failed it when read."""
+    frame = read_table(PROFILES_DIR / "cpu-ci", "attention")
+    frame["mask"] = math.nan  # a column of blanks: float NaNs, a new object per cell read
+    repeat = frame.iloc[[0]].copy()
+    repeat["time_s"] = repeat["time_s"] * 10
+    with pytest.raises(ProfileError, match=r"measures one point twice"):
+        write_table(tmp_path / "p", "attention", pd.concat([frame, repeat]))
