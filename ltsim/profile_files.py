@@ -75,6 +75,18 @@ def _read_bounded(path: Path, what: str, fix: str) -> bytes:
     return data
 
 
+class _Repeated(Exception):
+    """A JSON object naming a key twice."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, each key once (json keeps the last copy of a key)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Repeated
+    return out
+
+
 def read_meta(directory: str | Path) -> ProfileMeta:
     """Read meta.json; raises ProfileError when it is missing or malformed."""
     path = Path(directory) / "meta.json"
@@ -83,7 +95,8 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            "directory written by `ltsim profile` or a script under profiles/")
     fix = "Fix: rewrite it with `ltsim profile` or compare with profiles/cpu-ci/meta.json"
     try:
-        data = json.loads(_read_bounded(path, "meta.json", fix).decode("utf-8-sig"))
+        data = json.loads(_read_bounded(path, "meta.json", fix).decode("utf-8-sig"),
+                          object_pairs_hook=_once_each)
         meta = ProfileMeta(**data) if isinstance(data, dict) else None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: meta.json must be UTF-8 JSON text. Fix: rewrite it with "
@@ -96,6 +109,9 @@ def read_meta(directory: str | Path) -> ProfileMeta:
                            f"numbers). {fix}") from None
     except TypeError:  # an unknown or a missing field: named by the fix, not quoted from the file
         meta = None
+    except _Repeated:  # (the last copy was read, silently)
+        raise ProfileError(f"{path}: meta.json must name each key of an object once. {fix}"
+                           ) from None
     except OSError as exc:
         raise ProfileError(f"{path}: unreadable meta.json ({exc.strerror}). {_read_fix(exc)}"
                            ) from None

@@ -801,3 +801,13 @@ def test_repeats_with_blank_cells_are_judged_alike_written_and_read(tmp_path):
     repeat["time_s"] = repeat["time_s"] * 10
     with pytest.raises(ProfileError, match=r"measures one point twice"):
         write_table(tmp_path / "p", "attention", pd.concat([frame, repeat]))
+
+
+def test_a_meta_json_naming_a_key_twice_is_refused(tmp_path):
+    """A review: json keeps the last copy of a repeated key, silently."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    text = (directory / "meta.json").read_text()
+    (directory / "meta.json").write_text(text.replace('"method":', '"device": "x",\n  "method":', 1))
+    with pytest.raises(ProfileError, match=r"meta\.json must name each key of an object once"):
+        read_meta(directory)
