@@ -94,6 +94,10 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 def _number(value: Any) -> float:
+    """A cell as a number (NaN if it is none: text, or Python's ``1_024``, which pandas and the
+    length files do not read)."""
+    if isinstance(value, str) and "_" in value:
+        return math.nan
     try:
         return float(value)
     except OverflowError:  # a whole number of hundreds of digits: past any bound

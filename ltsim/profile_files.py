@@ -233,11 +233,13 @@ def read_rows(directory: str | Path, name: str) -> Table:
 
 
 def _typed(fields: list[str]) -> list:
-    """A column's fields as pandas would type them (see Table)."""
+    """A column's fields as pandas would type them (see Table): a number written with an
+    underscore (Python's ``1_024``, which pandas and the length files do not read) stays text,
+    which the checks then refuse."""
     filled = [f for f in fields if f != ""]
     if filled and all(f.strip().lower() in ("true", "false") for f in filled):
         return [f.strip().lower() == "true" if f != "" else None for f in fields]
-    for kind in (int, float):
+    for kind in (() if any("_" in f for f in filled) else (int, float)):
         try:
             values = [kind(f) for f in filled]
         except ValueError:

@@ -811,3 +811,17 @@ def test_a_meta_json_naming_a_key_twice_is_refused(tmp_path):
     (directory / "meta.json").write_text(text.replace('"method":', '"device": "x",\n  "method":', 1))
     with pytest.raises(ProfileError, match=r"meta\.json must name each key of an object once"):
         read_meta(directory)
+
+
+def test_a_number_written_with_an_underscore_is_refused(tmp_path):
+    """A review: ``1_024`` read as 1024 (Python's int and float take it), where pandas and the
+    length files refuse it."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    lines = (directory / "gemm.csv").read_text().splitlines()
+    lines[1] = "1_6" + lines[1][2:]  # m = 16
+    (directory / "gemm.csv").write_text("\n".join(lines) + "\n")
+    from ltsim.profile_files import read_optional_rows
+
+    with pytest.raises(ProfileError, match=r"table 'gemm' column 'm' must hold whole numbers"):
+        read_optional_rows(directory, "gemm")
