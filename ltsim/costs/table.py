@@ -36,7 +36,8 @@ from ltsim.hardware import ClusterSpec
 from ltsim.model import ModelSpec, training_flops
 from ltsim.plan import Buffer, Chunk, Comm, Device, Keep, OpKind, Work
 from ltsim.profile_files import ProfileMeta, measured_on_cpu
-from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile, shadowed_folder
+from ltsim.profile_paths import shadowed_folder
+from ltsim.profiles import SDPA_BOOL_MASK_KERNEL, SDPA_KERNELS, load_profile
 from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0

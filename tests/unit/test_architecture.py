@@ -19,7 +19,7 @@ LEVELS = {
     "model": 1, "workload": 1, "datasets": 1, "length_files": 1, "hardware": 1, "parallel": 1,
     "plan": 1, "work": 1, "plan_check": 1, "chunk_check": 1, "trace": 1, "mirrors": 1,
     "optable": 1, "interned": 1,
-    "profiles": 2, "profile_files": 2, "profile_checks": 2, "lookup": 2, "collectives": 2,
+    "profiles": 2, "profile_files": 2, "profile_checks": 2, "profile_paths": 2, "lookup": 2, "collectives": 2,
     "profile_cache": 2,
     "memory": 3, "costs": 3,
     "strategies": 4, "sim": 5,
