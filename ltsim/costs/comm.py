@@ -125,7 +125,8 @@ class CommCosts:
             call = self.profile.collective_time_s(comm.collective, group_size=size, scope=scope,
                                                   num_bytes=int(part))
             if scope == "inter" and comm.collective != "send_recv":
-                call = max(call, self._cards_s(comm.collective, size, self.nodes(comm), part))
+                call = max(call, cards_s(self.profile, comm.collective, size, self.nodes(comm),
+                                         part))
             one += call
         return repeats * one
 
@@ -139,9 +140,6 @@ class CommCosts:
         kv = max(m.num_kv_heads, split.tp * split.cp) * m.head_dim
         q = m.hidden_size / (2 * m.hidden_size + 2 * kv) * nbytes
         return q, (nbytes - 2 * q) / 2, (nbytes - 2 * q) / 2, q
-
-    def _cards_s(self, op: str, n: int, nodes: int, nbytes: float) -> float:
-        return cards_s(self.profile, op, n, nodes, nbytes)
 
     def payload(self, comm: Comm) -> tuple[float, int]:
         """(bytes of one collective call, number of calls)."""
