@@ -265,11 +265,11 @@ def _check_collective_rate(frame: "pd.DataFrame | Table", source: str) -> None:
     nccl-tests' bus factor); the row is named, never its values."""
     import numpy as np
 
+    from ltsim.collectives import bus_factor  # (which imports this module's vocabulary)
+
     n, nbytes, time_s = map(_floats, (frame[c] for c in ("group_size", "bytes", "time_s")))
-    ops = [OP_ALIASES.get(str(op), str(op)) for op in frame["op"]]
-    send = np.array([op == "send_recv" for op in ops])
-    factor = np.where(send, 1.0, np.array([2.0 if op == "all_reduce" else 1.0 for op in ops])
-                      * (n - 1) / n)
+    factor = np.array([bus_factor(OP_ALIASES.get(str(op), str(op)), size)
+                       for op, size in zip(frame["op"], n)])
     fast = np.flatnonzero(nbytes * factor > MAX_BUS_BYTES_PER_S * time_s)
     if len(fast):
         raise ProfileError(f"{source}: table 'collectives' data row {fast[0] + 1} implies more "
