@@ -263,7 +263,7 @@ def _clamp_note(notes: Notes, table: str, dim: str, value: float, lo: float, hi:
 
 
 # a GEMM of at least this many FLOPs (4096 x 4096 x 3072 is 1.03e11) is compute-bound on any GPU
-# ltsim knows: the bundled profiles' reach 80-92% of their presets' peaks
+# ltsim knows (the bundled GPU profiles' reach 80-92% of their presets' peaks: costs/table.py)
 LARGE_GEMM_FLOPS = 1e11
 
 

@@ -42,7 +42,8 @@ from ltsim.units import dtype_bytes
 
 OPT_BYTES_PER_PARAM = 28.0
 # the share of a GPU preset's peak below which a profile's large GEMMs are noted: times in ms
-# read as s put them near 0.1%; the bundled profiles' reach 80-92% (their presets' own GPUs)
+# read as s put them near 0.1%; the bundled profiles' reach 80-92% of their presets' peaks
+# (Profile.best_large_gemm_flops_per_s of each bundled GPU profile, 2026-11-29)
 SLOW_GEMM_SHARE = 0.02
 T = TypeVar("T")
 
