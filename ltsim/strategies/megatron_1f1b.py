@@ -9,10 +9,11 @@ each DP replica runs its share of the global batch and the replicas reduce gradi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import chain, repeat
 
 from ltsim.errors import ConfigError
 from ltsim.plan import Chunk, Plan
-from ltsim.work import make_chunk, make_slice, slice_columns, whole_sequences
+from ltsim.work import make_chunk, make_slice, slice_columns, whole_columns, whole_sequences
 from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b_stages
@@ -72,7 +73,12 @@ def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
         chunks += mine
         replicas.append(mine)
     every = tuple(chunks)
-    columns = slice_columns(every) if len(replicas) > 1 else None  # (the checks read them too)
+    columns = None  # the chunks' slices as columns (Layout.mirrors and the checks read them)
+    if len(replicas) > 1 and options.micro_batch_size == 1 and not options.pack_tokens:
+        owners = chain.from_iterable(repeat(r, len(ids)) for r, ids in enumerate(dealt))
+        columns = whole_columns(list(chain.from_iterable(dealt)), batch, 0, list(owners))
+    elif len(replicas) > 1:
+        columns = slice_columns(every)
     mirrors = layout.mirrors(replicas, batch, columns)  # replicas that repeat another: not planned
     mirrored = {m.replica for m in mirrors}
     orders = {}
