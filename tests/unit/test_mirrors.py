@@ -165,10 +165,14 @@ def test_replicas_without_sequences_mirror_each_other(monkeypatch, name, options
     assert expand_trace(engine.run(compact), compact).events == engine.run(full).events
 
 
-def test_the_slice_columns_a_strategy_hands_the_checks_are_its_chunks():
+@pytest.mark.parametrize("options, extra", [({}, 0), ({}, 2), ({"micro_batch_size": 2}, 0),
+                                            ({"pack_tokens": 4096}, 0)])
+def test_the_slice_columns_a_strategy_hands_the_checks_are_its_chunks(options, extra):
     """Megatron makes its chunks' slice columns once, for Layout.mirrors and the plan's checks
-    (Schedule.columns): they must be the columns of the plan's own chunks, and a plan that
-    breaks a rule the checks read them for is still refused."""
+    (Schedule.columns), from the dealt ids where each chunk is a whole sequence
+    (work.whole_columns): they must be the columns of the plan's own chunks, of the same
+    dtype, also with a short last round (``extra`` sequences), and a plan that breaks a rule
+    the checks read them for is still refused."""
     import numpy as np
 
     from ltsim.chunk_check import _pieces
@@ -176,12 +180,14 @@ def test_the_slice_columns_a_strategy_hands_the_checks_are_its_chunks():
 
     ctx = _ctx(2, 3, 1, "selective")
     strategy = REGISTRY["megatron-1f1b"]
-    plan = strategy.plan(_replicated({}, 3), ctx, strategy.parse({}))
+    batch = _replicated(options, 3)
+    plan = strategy.plan((*batch, *batch[:extra]), ctx, strategy.parse(options))
     assert plan.mirrors
     handed, made = _pieces(plan), slice_columns(plan.chunks)
     assert handed.keys() == made.keys()
     for name in made:
         assert np.array_equal(handed[name], made[name]), name
+        assert handed[name].dtype == made[name].dtype, name
     broken = replace(plan, seq_lengths=(*plan.seq_lengths[:-1], plan.seq_lengths[-1] + 1))
     with pytest.raises(PlanError, match="token layout"):
         broken.validate()
