@@ -1,7 +1,5 @@
 """``python -m ltsim``: the command line."""
 
-import sys
+from ltsim.cli import program
 
-from ltsim.cli import main
-
-sys.exit(main())
+program()

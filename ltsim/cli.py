@@ -28,6 +28,16 @@ from ltsim.cli_strategies import (load_base, one_run_each, parse_strategy_list,
 from ltsim.cli_sweep import cmd_sweep
 from ltsim.errors import ConfigError, LtsimError, PlanError
 from ltsim.files import write_text_atomically
+from ltsim.gcpause import before_exit
+
+
+def program() -> None:
+    """The ``ltsim`` program (``python -m ltsim`` and the installed command): ``main`` on the
+    process's arguments, then exit with its code, the shutdown spared the collector's passes
+    (gcpause.before_exit). Tests and scripts call ``main``."""
+    code = main()
+    before_exit()
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,11 @@ with a time stamp at each phase. Not a test.
 
 Runs one child interpreter that imports the command line, wraps the planner's phases (loading the
 scenario, the points' input digests, the profile, each point as it is stored) and runs
-``ltsim sweep``; each line is seconds since the child's interpreter started (``time.time`` against
-the process's start time), and the time the parent spent making dataclasses (the
-``@dataclass`` decorator writes and compiles each class's methods when its module is imported).
-Then the import time of numpy and of simpy alone, each the best of five fresh interpreters.
+``ltsim sweep``, exiting as the ``ltsim`` program does (``cli.program``). Each line is seconds
+since the child's interpreter started (``time.time`` against the process's start time), the
+last one when this script saw the process gone (its interpreter's shut-down included); then
+the time the parent spent making dataclasses (the ``@dataclass`` decorator writes and compiles
+each class's methods when its module is imported). Then the import time of numpy and of simpy alone, each the best of five fresh interpreters.
 Bytecode caching is allowed, as an installed ltsim runs.
 """
 
@@ -65,12 +66,16 @@ sys.argv = ["ltsim", "sweep", os.path.join(os.environ["LTSIM_ROOT"], "scenarios"
             "--executor", os.environ["LTSIM_EXECUTOR"], "--db", os.environ["LTSIM_DB"],
             "--grid", "strategy.chunk_size=2048,4096,8192,16384", "--grid", "strategy.k=1,2,4,8"]
 try:
-    cli.main()
+    code = cli.main()
 except SystemExit:
-    pass
+    code = 1
 stamp("done")
 print(f"of which making {made[1]} dataclasses in the parent: {made[0] * 1e3:.0f} ms",
       file=sys.stderr)
+if hasattr(cli, "program"):  # the rest of what the ltsim program does: its exit
+    from ltsim.gcpause import before_exit
+    before_exit()
+sys.exit(code)
 """
 
 
@@ -98,7 +103,9 @@ def main() -> None:
         env["LTSIM_T0"] = repr(time.time())  # just before the child starts
         child = subprocess.run([sys.executable, "-c", CHILD], env=env, cwd=ROOT,
                                capture_output=True, text=True)
+        gone = time.time() - float(env["LTSIM_T0"])
     print(child.stderr.rstrip())
+    print(f"{gone:6.3f} s  the process gone (its interpreter shut down)")
     if child.returncode:
         sys.exit(child.returncode)
     for module in ("numpy", "simpy"):
