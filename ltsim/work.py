@@ -97,11 +97,10 @@ def whole_columns(seq_ids: Sequence[int], lengths: tuple[int, ...], first: int,
     reading the chunks back (dp 32 of 256 sequences each: 8,192 chunks)."""
     n = len(seq_ids)
     seq = np.fromiter(seq_ids, np.int64, n)
-    index = np.arange(first, first + n)
-    return {"index": index, "replica": np.fromiter(replicas, np.int64, n),
-            "count": np.ones(n, np.int64), "chunk": np.arange(n), "seq": seq,
-            "start": np.zeros(n, np.int64),
-            "stop": np.fromiter(lengths, np.int64, len(lengths))[seq] if n else seq.copy()}
+    return {"index": np.arange(first, first + n, dtype=np.int64),
+            "replica": np.fromiter(replicas, np.int64, n), "count": np.ones(n, np.int64),
+            "chunk": np.arange(n, dtype=np.int64), "seq": seq, "start": np.zeros(n, np.int64),
+            "stop": np.fromiter(lengths, np.int64, len(lengths))[seq]}
 
 
 def slice_columns(chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
