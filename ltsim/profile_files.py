@@ -235,7 +235,9 @@ def read_rows(directory: str | Path, name: str) -> Table:
 def _typed(fields: list[str]) -> list:
     """A column's fields as pandas would type them (see Table): a number written with an
     underscore (Python's ``1_024``, which pandas and the length files do not read) stays text,
-    which the checks then refuse."""
+    which the checks then refuse, and so does ``nan`` (which Python's float takes): a blank is an
+    empty field, and a NaN read as a number got past the checks that allow blanks (a fuzzing
+    review: a traceback where the cost model read it)."""
     filled = [f for f in fields if f != ""]
     if filled and all(f.strip().lower() in ("true", "false") for f in filled):
         return [f.strip().lower() == "true" if f != "" else None for f in fields]
@@ -244,6 +246,8 @@ def _typed(fields: list[str]) -> list:
             values = [kind(f) for f in filled]
         except ValueError:
             continue
+        if any(v != v for v in values):  # a NaN
+            break
         it = iter(values)
         return [next(it) if f != "" else None for f in fields]
     return [f if f != "" else None for f in fields]

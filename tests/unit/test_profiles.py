@@ -825,3 +825,21 @@ def test_a_number_written_with_an_underscore_is_refused(tmp_path):
 
     with pytest.raises(ProfileError, match=r"table 'gemm' column 'm' must hold whole numbers"):
         read_optional_rows(directory, "gemm")
+
+
+def test_a_nan_cell_is_not_a_blank(tmp_path):
+    """A fuzzing review: a cell reading ``nan`` (Python's float takes it) counted as a blank
+    where a column allows blanks (eager's context_tokens), and the cost model's int() of it was
+    a traceback. A blank is an empty field; ``nan`` is text, refused as a count."""
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    lines = (directory / "eager.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    row[header.index("context_tokens")] = "nan"
+    lines[1] = ",".join(row)
+    (directory / "eager.csv").write_text("\n".join(lines) + "\n")
+    from ltsim.profile_files import read_optional_rows
+
+    with pytest.raises(ProfileError, match=r"table 'eager' column 'context_tokens' must hold whole"):
+        read_optional_rows(directory, "eager")
