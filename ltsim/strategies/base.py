@@ -124,7 +124,8 @@ def deal_replicas(batch: tuple[int, ...], dp: int, block: int = 1) -> list[list[
     the ranks every micro-step (PAPERS.md section 7). A last round of fewer than dp blocks' worth
     is dealt one sequence at a time (Megatron refuses such a batch, DistributedSampler and
     accelerate pad it with repeated samples; ltsim neither refuses nor repeats)."""
-    step = dp * block
+    block = min(block, max(len(batch), 1))  # (a block past the batch deals as the batch: the
+    step = dp * block  # same sequences each, without a range per sequence of a huge block)
     whole = len(batch) // step * step  # the sequences of the full rounds
     # a rank's t-th sequence of each block comes every dp x block: ``block`` ranges, merged
     return [sorted(chain(*(range(rank * block + t, whole, step) for t in range(block)),

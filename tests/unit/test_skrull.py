@@ -279,6 +279,18 @@ def test_megatron_deals_a_micro_batch_of_consecutive_sequences_to_each_rank(size
     assert all(len(c.slices) == size for c in plan.chunks)
 
 
+@pytest.mark.parametrize("dp", [1, 2, 3])
+def test_a_micro_batch_past_the_batch_deals_as_the_batch(dp):
+    """A fuzzing review: micro_batch_size = 2^31 dealt one range per sequence of the block
+    (gigabytes, then a MemoryError). A block longer than the batch deals as one of the batch's
+    length: the same sequences to each rank, and at once."""
+    from ltsim.strategies.base import deal_replicas
+
+    batch = (5, 6, 7, 8, 9)
+    assert deal_replicas(batch, dp, 2**31) == deal_replicas(batch, dp, len(batch))
+    assert deal_replicas(batch, dp, 2**31) == [list(range(r, 5, dp)) for r in range(dp)]
+
+
 @pytest.mark.parametrize("size,lengths,warned", [(2, (4,) * 8, False), (2, (4,) * 6, True),
                                                  (4, (4,) * 3, True)])
 def test_megatron_warns_of_a_batch_megatron_lm_would_refuse(size, lengths, warned):
