@@ -78,7 +78,9 @@ _ENTRY = re.compile(r"[0-9a-f]{40}\.pickle")  # an entry's name: the digest belo
 def _digest(directory: Path, kernel: str) -> str | None:
     """The entry's name; None when an input cannot be read (the parse then reports it)."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"{FORMAT}|{sys.version_info[:2]}|{directory}|{kernel}".encode())
+    # (a path's bytes that are not UTF-8 come in as surrogates: encoded back to those bytes)
+    h.update(f"{FORMAT}|{sys.version_info[:2]}|{directory}|{kernel}".encode(
+        errors="surrogateescape"))
     here = Path(__file__).parent
     try:
         for name in _SOURCES:

@@ -65,7 +65,8 @@ def input_digest(raw: dict[str, Any], source: str = "") -> str:
     if profile is not None:  # the files a profile is read from, not the whole folder
         parts += [f"{name}={_sized_digest(profile / name, MAX_TABLE_BYTES)}"
                   for name in PROFILE_FILES if (profile / name).is_file()]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    # (a path's or name's bytes that are not UTF-8 come in as surrogates: encoded back to them)
+    return hashlib.sha256("\n".join(parts).encode(errors="surrogateescape")).hexdigest()[:16]
 
 
 def _sized_digest(path: Path, limit: int) -> str:

@@ -1039,3 +1039,19 @@ def test_a_point_whose_value_json_stores_as_text_is_read_back(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     assert "2 of 2 points read" in capsys.readouterr().err
+
+
+def test_a_sweep_over_a_dataset_name_that_is_not_utf8(tmp_path, capsys):
+    """A fuzzing review: a --grid value whose bytes are not UTF-8 (Python hands them over as
+    surrogates) was a UnicodeEncodeError where the point's input digest is hashed; now that
+    point is refused like any unknown dataset and the others run."""
+    import os
+
+    bad = os.fsdecode(b"\xff")
+    args = ["sweep", str(REPO / "scenarios/quickstart.toml"), "--grid",
+            f"workload.dataset={bad},lmsys-chat-1m", "--db", str(tmp_path / "s.sqlite"), "--json",
+            "--set", "workload.global_batch_size=8", "--set", "workload.num_batches=1"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["fits"] for r in rows] == [True, False]
+    assert "must be a built-in dataset" in rows[1]["error"]

@@ -221,3 +221,17 @@ def test_a_profile_edited_in_a_session_is_read_again(profile_dir, cache, monkeyp
     floor = TableCostModel(model, cluster)._compute._floor
     _scaled(profile_dir / "eager.csv", 3)
     assert TableCostModel(model, cluster)._compute._floor != floor
+
+
+def test_a_folder_whose_name_is_not_utf8_is_cached(tmp_path, cache, monkeypatch):
+    """A fuzzing review: a profile folder whose name holds a byte that is not UTF-8 (Python
+    hands it over as a surrogate) was a UnicodeEncodeError where the entry's name is hashed."""
+    import os
+
+    directory = tmp_path / os.fsdecode(b"\xffprof")
+    shutil.copytree(SOURCE, directory)
+    first = _load(directory)
+    assert len(list(cache.glob("*.pickle"))) == 1
+    made = _parses(monkeypatch)
+    second = _load(directory)
+    assert made == [] and second.path == first.path
