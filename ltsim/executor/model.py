@@ -229,6 +229,14 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def check_tied_embeddings(spec: ModelSpec, layers: tuple[int, int]) -> None:
+    """A tied embedding and head live on one stage: raises ConfigError for a stage of
+    ``layers`` that holds only part of a tied model."""
+    if spec.tied_embeddings and tuple(layers) != (0, spec.num_layers):
+        raise ConfigError("model.tied_embeddings", "false when the layers are split over stages",
+                          True, "use an untied model (e.g. llama-tiny) for pipeline runs")
+
+
 class Transformer(nn.Module):
     """Layers [layers[0], layers[1]) of the model; embedding on the first stage, head on the last.
 
@@ -245,10 +253,7 @@ class Transformer(nn.Module):
             raise ConfigError("executor.layers", f"a range 0 <= a < b <= {spec.num_layers}", layers)
         self.spec, self.layers = spec, (first, last)
         self.has_embedding, self.has_head = first == 0, last == spec.num_layers
-        if spec.tied_embeddings and not (self.has_embedding and self.has_head):
-            raise ConfigError("model.tied_embeddings",
-                              "false when the layers are split over stages", True,
-                              "use an untied model (e.g. llama-tiny) for pipeline runs")
+        check_tied_embeddings(spec, self.layers)
         if spec.arch == "gpt" and self.has_embedding and spec.max_position_embeddings <= 0:
             raise ConfigError("model.max_position_embeddings", "positive for arch 'gpt'",
                               spec.max_position_embeddings)

@@ -42,7 +42,7 @@ import torch.multiprocessing as mp
 
 from ltsim.errors import ConfigError, PlanError, check_argument
 from ltsim.executor.comm import check_p2p_order, recv_sources
-from ltsim.executor.model import ATTENTION_BACKENDS
+from ltsim.executor.model import ATTENTION_BACKENDS, check_tied_embeddings
 from ltsim.executor.worker import OPTIMIZERS, WorkerConfig, device_main, make_tokens
 from ltsim.model import ModelSpec
 from ltsim.parallel import ParallelConfig
@@ -172,6 +172,8 @@ def _check_arguments(plan: Plan, spec: ModelSpec, parallel: ParallelConfig, back
                           spec.max_position_embeddings, f"set model.max_position_embeddings = "
                           f"{longest} or more, or use arch = \"llama\" (rotary positions need "
                           "no table)")
+    for d in plan.devices:  # the model's check, before any process (from a worker it was a
+        check_tied_embeddings(spec, d.layers)  # torch multiprocessing traceback; a fuzzing review)
     if device not in ("cpu", "cuda"):
         raise ConfigError("executor.device", "'cpu' or 'cuda'", device)
     if backend == "nccl" and device != "cuda":

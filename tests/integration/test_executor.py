@@ -447,3 +447,14 @@ def test_a_gpt_shape_needs_a_position_table_as_long_as_its_sequences(repo, tmp_p
             "tokens)") in err and len(err.strip().splitlines()) == 1
     spec = load_scenario(scenario, ['model.arch="gpt"', "model.max_position_embeddings=512"]).model
     assert (spec.arch, spec.max_position_embeddings) == ("gpt", 512)
+
+
+def test_a_tied_model_split_over_stages_is_refused_before_any_process(repo, capsys):
+    """A fuzzing review: the executor's model refused tied embeddings over stages only inside
+    its worker processes, a torch multiprocessing traceback of 37 lines."""
+    scenario = repo / "scenarios" / "examples" / "cpu-llama-tiny-chunkflow.toml"  # pp 2
+    assert cli_main(["validate", str(scenario), "--profile", "cpu-ci", "--set",
+                     "model.tied_embeddings=true"]) == 2
+    err = capsys.readouterr().err
+    assert "model.tied_embeddings must be false when the layers are split over stages" in err
+    assert len(err.strip().splitlines()) == 1
