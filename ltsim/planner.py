@@ -120,14 +120,16 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
 
 def _usable(row: dict[str, Any], overrides: dict[str, Any]) -> bool:
     """A stored row as evaluate_point writes it for the point ``overrides``: the point's values,
-    then an error (text, not fitting) or every metric, each a finite number of its range (the
-    ratios within [0, 1], the rest not negative; MFU None with unit costs) and ``fits`` a bool. A
-    row edited by hand otherwise is simulated again and replaced: its numbers would be printed
-    and ranked as ltsim's, and its text printed as the point's."""
+    then every metric, each a finite number of its range (the ratios within [0, 1], the rest not
+    negative; MFU None with unit costs) and ``fits`` a bool. A row edited by hand otherwise is
+    simulated again and replaced: its numbers would be printed and ranked as ltsim's. A point
+    that failed (an ``error`` row) is always tried again: its message is printed as this run's
+    (a fuzzing review had a store's edited text printed as the command's error), and a failure
+    is found again in milliseconds (it is the scenario's or the strategy's refusal)."""
     if point_key({k: row.get(k) for k in overrides}) != point_key(overrides):  # (as stored: a
         return False  # NaN or a TOML date in a grid compares by its text, and true is not 1)
     if "error" in row:
-        return isinstance(row["error"], str) and row.get("fits") is False
+        return False
     mfu = row.get("mfu", 0)
     ratios = ("bubble_ratio", "recompute_ratio")  # (a busy device's bubble may round below 0)
     return (all(_number(row.get(k)) for k in METRICS if k not in ("fits", "mfu", *ratios))
