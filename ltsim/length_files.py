@@ -30,6 +30,9 @@ Rows = tuple[np.ndarray, Callable[[int], str]]  # a reader's lengths, and row in
 FILE_SUFFIXES = (".txt", ".csv", ".parquet", ".jsonl")
 LENGTH_COLUMNS = ("num_tokens", "length")
 MAX_SEQUENCE_TOKENS = 2**31  # the size guard on one sequence (ltsim.workload checks the rest)
+# a table's columns: pandas took 92 s over a header of 100,000 (a fuzzing review); a length
+# table needs one
+MAX_TABLE_COLUMNS = 1024
 
 
 def read_length_file(dataset: str, path: Path) -> np.ndarray:
@@ -263,7 +266,9 @@ def _read_parquet(data: io.BytesIO, path: str) -> Any:
     (index columns, dtypes: free text a file can get wrong, and only the columns matter here)."""
     import pyarrow.parquet as pq
 
-    rows = pq.ParquetFile(data).metadata.num_rows  # compressed: a few MB can hold 10^8 rows
+    metadata = pq.ParquetFile(data).metadata
+    _check_columns(metadata.num_columns, path)
+    rows = metadata.num_rows  # compressed: a few MB can hold 10^8 rows
     if rows > MAX_TABLE_ROWS:
         raise ConfigError(KEY, f"a length table of at most {MAX_TABLE_ROWS:,} rows", path,
                           "sample the lengths (a length distribution needs far fewer)",
@@ -272,12 +277,29 @@ def _read_parquet(data: io.BytesIO, path: str) -> Any:
     return pq.read_table(data).to_pandas(ignore_metadata=True)
 
 
+def _check_columns(count: int, path: str) -> None:
+    if count > MAX_TABLE_COLUMNS:
+        raise ConfigError(KEY, f"a length table of at most {MAX_TABLE_COLUMNS:,} columns", path,
+                          f"keep the length column ({' or '.join(LENGTH_COLUMNS)}) and drop "
+                          "the others", context=f"it has {count:,}")
+
+
+def _header_fields(data: io.BytesIO) -> int:
+    """How many fields a CSV's first line holds (counted before pandas reads it)."""
+    import csv
+
+    line = data.getvalue().split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    return len(next(csv.reader([line]), []))
+
+
 def _read_table(path: str) -> Rows:
     """A .csv or .parquet table with a ``num_tokens`` or ``length`` column (pandas; pyarrow for parquet)."""
     import pandas as pd  # pandas is slow to import; only user tables need it
 
     try:
         data = io.BytesIO(read_input(path))  # never pandas' own open: it could block
+        if not path.lower().endswith(".parquet"):
+            _check_columns(_header_fields(data), path)
         with warnings.catch_warnings():  # pandas' warnings (DtypeWarning) quote the header
             warnings.simplefilter("ignore")
             # a first row longer than the header: pandas made its leading fields an index

@@ -82,6 +82,31 @@ def test_a_parquet_of_more_rows_than_a_length_file_may_hold(tmp_path: Path) -> N
         load_dataset(str(path))
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_table_of_too_many_columns_is_refused_before_it_is_read(tmp_path: Path, suffix) -> None:
+    """A fuzzing review: a CSV header of 100,000 columns (200 kB, no rows) took pandas 92 s."""
+    from ltsim.length_files import MAX_TABLE_COLUMNS
+
+    names = ["num_tokens", *(f"c{i}" for i in range(MAX_TABLE_COLUMNS))]
+    path = tmp_path / f"wide{suffix}"
+    if suffix == ".csv":
+        path.write_text(",".join(names) + "\n" + ",".join(["5"] * len(names)) + "\n")
+    else:
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({name: [5] for name in names}), path)
+    with pytest.raises(ConfigError, match=r"at most 1,024 columns .*it has 1,025"):
+        load_dataset(str(path))
+    narrow = tmp_path / f"narrow{suffix}"
+    if suffix == ".csv":
+        narrow.write_text(",".join(names[:MAX_TABLE_COLUMNS]) + "\n"
+                          + ",".join(["5"] * MAX_TABLE_COLUMNS) + "\n")
+    else:
+        pq.write_table(pa.table({name: [5] for name in names[:MAX_TABLE_COLUMNS]}), narrow)
+    assert load_dataset(str(narrow)).num_tokens.tolist() == [5]
+
+
 @pytest.mark.parametrize("meta", [b'{"index_columns": ["SECRET"], "columns": []}',
                                   b'{"index_columns": [], "columns": [{"name": "num_tokens", '
                                   b'"field_name": "num_tokens", "pandas_type": "int64", '
