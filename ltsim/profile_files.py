@@ -216,10 +216,11 @@ def read_rows(directory: str | Path, name: str) -> Table:
     if not records:
         raise ProfileError(f"{path}: table '{name}' is empty (no header line). {fix}")
     columns = records[0]
-    twice = next((i for i, c in enumerate(columns) if c in columns[:i]), None)
-    if twice is not None:  # the last copy's values were read, the others dropped
+    first: dict[str, int] = {}  # (a dict, not a scan of the fields before: a header of 10^5
+    twice = next((i for i, c in enumerate(columns) if first.setdefault(c, i) != i), None)
+    if twice is not None:  # fields took minutes) the last copy's values were read, the others dropped
         raise ProfileError(f"{path}: table '{name}' names a column twice in its header (fields "
-                           f"{columns.index(columns[twice]) + 1} and {twice + 1}). {fix}")
+                           f"{first[columns[twice]] + 1} and {twice + 1}). {fix}")
     uneven = next((r for r in records[1:] if len(r) != len(columns)), None)
     if uneven is not None:
         raise ProfileError(f"{path}: table '{name}' must have as many fields in every row as in "
