@@ -252,7 +252,8 @@ def _check_gemm_rate(name: str, frame: "pd.DataFrame | Table", source: str) -> N
     import numpy as np
 
     m, n, k, time_s = map(_floats, (frame[c] for c in ("m", "n", "k", "time_s")))
-    fast = np.flatnonzero(2 * m * n * k > MAX_GEMM_FLOPS_PER_S * time_s)
+    with np.errstate(over="ignore"):  # (sizes near 1e308: inf, refused, without numpy's warning)
+        fast = np.flatnonzero(2 * m * n * k > MAX_GEMM_FLOPS_PER_S * time_s)
     if len(fast):
         raise ProfileError(f"{source}: table '{name}' data row {fast[0] + 1} implies more than "
                            f"{MAX_GEMM_FLOPS_PER_S / 1e15:g} PFLOP/s (2 m n k / time_s; the "
@@ -268,9 +269,10 @@ def _check_collective_rate(frame: "pd.DataFrame | Table", source: str) -> None:
     from ltsim.collectives import bus_factor  # (which imports this module's vocabulary)
 
     n, nbytes, time_s = map(_floats, (frame[c] for c in ("group_size", "bytes", "time_s")))
-    factor = np.array([bus_factor(OP_ALIASES.get(str(op), str(op)), size)
-                       for op, size in zip(frame["op"], n)])
-    fast = np.flatnonzero(nbytes * factor > MAX_BUS_BYTES_PER_S * time_s)
+    with np.errstate(over="ignore", invalid="ignore"):  # (sizes near 1e308, as above)
+        factor = np.array([bus_factor(OP_ALIASES.get(str(op), str(op)), size)
+                           for op, size in zip(frame["op"], n)])
+        fast = np.flatnonzero(nbytes * factor > MAX_BUS_BYTES_PER_S * time_s)
     if len(fast):
         raise ProfileError(f"{source}: table 'collectives' data row {fast[0] + 1} implies more "
                            f"than {MAX_BUS_BYTES_PER_S / 1e12:g} TB/s of bus bandwidth (bytes / "
@@ -287,10 +289,11 @@ def _check_attention_rate(frame: "pd.DataFrame | Table", source: str) -> None:
     q, kv, heads, dim, time_s = map(_floats, (frame[c] for c in (
         "q_tokens", "kv_tokens", "num_heads", "head_dim", "time_s")))
     causal = np.array([str(c).strip().lower() == "true" for c in frame["causal"]])
-    pairs = q * kv - np.where(causal, q * (q - 1) / 2, 0.0)
-    flops = 4 * pairs * heads * dim * np.where(np.array(
-        [str(p) == "bwd" for p in frame["pass"]]), 2.5, 1.0)
-    fast = np.flatnonzero(flops > MAX_ATTENTION_FLOPS_PER_S * time_s)
+    with np.errstate(over="ignore", invalid="ignore"):  # (sizes near 1e308, as above)
+        pairs = q * kv - np.where(causal, q * (q - 1) / 2, 0.0)
+        flops = 4 * pairs * heads * dim * np.where(np.array(
+            [str(p) == "bwd" for p in frame["pass"]]), 2.5, 1.0)
+        fast = np.flatnonzero(~(flops <= MAX_ATTENTION_FLOPS_PER_S * time_s))
     if len(fast):
         raise ProfileError(f"{source}: table 'attention' data row {fast[0] + 1} implies more than "
                            f"{MAX_ATTENTION_FLOPS_PER_S / 1e15:g} PFLOP/s (4 d h per query-key "

@@ -843,3 +843,27 @@ def test_a_nan_cell_is_not_a_blank(tmp_path):
 
     with pytest.raises(ProfileError, match=r"table 'eager' column 'context_tokens' must hold whole"):
         read_optional_rows(directory, "eager")
+
+
+@pytest.mark.parametrize("table, columns", [("gemm", ("m",)), ("collectives", ("group_size",)),
+                                            ("attention", ("kv_tokens", "num_heads", "head_dim"))])
+def test_sizes_near_the_float_limit_are_refused_without_numpy_warnings(tmp_path, table, columns):
+    """A fuzzing review: a size of 1e308 was refused, but numpy's overflow warning (a second
+    and third line on stderr) came first; in attention, inf - inf made a NaN rate that passed."""
+    import csv
+    import warnings
+
+    from ltsim.profile_files import read_optional_rows
+
+    directory = tmp_path / "p"
+    shutil.copytree(PROFILES_DIR / "cpu-ci", directory)
+    path = directory / f"{table}.csv"
+    rows = list(csv.reader(path.read_text().splitlines()))
+    for column in columns:
+        rows[1][rows[0].index(column)] = "1e308"
+    with path.open("w", newline="") as out:
+        csv.writer(out).writerows(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ProfileError, match=rf"table '{table}' data row 1 implies more than"):
+            read_optional_rows(directory, table)
