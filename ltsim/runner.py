@@ -58,7 +58,17 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     chosen = dict(scenario.strategy_options)  # the options as the first plan states them
     batches = _checked_batches(strategy, workload, scenario.seed, ctx, options)
     notes += _position_table_note(scenario.model, batches)
+    seen: dict[tuple[int, ...], int] = {}  # a batch -> the index of its first simulation
     for index, batch in enumerate(batches):
+        again = seen.setdefault(batch, index)
+        if again != index:  # the same batch again (fixed lengths sample it every time): the
+            metrics.append(metrics[again])  # same plan and trace, simulated once
+            if keep:
+                plans.append(plans[again])
+                traces.append(traces[again])
+            if progress is not None:
+                progress(len(metrics), workload.num_batches)
+            continue
         with paused():  # one pause per batch, not one per phase (ltsim/gcpause.py)
             plan = first if index == 0 and first is not None else strategy.plan(batch, ctx, options)
             trace = engine.run(plan)
