@@ -58,6 +58,9 @@ CP_KIND = "ulysses"  # its sequence parallelism over parallel.cp splits heads, n
 GAP_LIMIT = 0.01  # SCIP stops within 1 % of its bound (the gap is reported)
 
 
+MAX_BUCKETS = 256  # 16 times FlexSP's own 16
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
     bucket_num: int = 16
@@ -66,6 +69,10 @@ class Options:
 
     def validate(self) -> None:
         positive("bucket_num", self.bucket_num)
+        if self.bucket_num > MAX_BUCKETS:  # (a fuzzing review: 100,000 ran for minutes)
+            raise ConfigError("strategy.bucket_num", f"at most {MAX_BUCKETS} (each bucket is a "
+                              "row of the padding DP and a set of the MILP's variables)",
+                              self.bucket_num, "e.g. strategy.bucket_num = 16 (FlexSP's)")
         positive("min_sp", self.min_sp)
         if self.min_sp & (self.min_sp - 1):
             raise ConfigError("strategy.min_sp", "a power of two", self.min_sp,
