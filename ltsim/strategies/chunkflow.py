@@ -158,7 +158,8 @@ def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> N
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (at least a chunk per
     chunk_size tokens of each sequence)."""
     size = options.chunk_size
-    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size)
+    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size,
+                      stages=ctx.parallel.pp)
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:

@@ -17,7 +17,7 @@ from ltsim.work import make_chunk, make_slice, slice_columns, whole_columns, who
 from ltsim.strategies.base import PlanContext, deal_replicas, positive
 from ltsim.strategies.lowering import lower
 from ltsim.strategies.pipeline import one_f_one_b_stages
-from ltsim.strategies.schedule import Layout, Schedule, keep_policy
+from ltsim.strategies.schedule import Layout, Schedule, check_chunk_count, keep_policy
 
 NAME = "megatron-1f1b"
 
@@ -55,13 +55,31 @@ def group_sequences(seq_ids: list[int], lengths: tuple[int, ...], options: Optio
     return groups
 
 
+def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options,
+                dealt: list[list[int]] | None = None) -> None:
+    """Raise ConfigError for a batch of more micro-batches than a plan may hold, over its stages
+    (schedule.check_chunk_count); ``dealt``: deal_replicas' answer, if made."""
+    dealt = dealt if dealt is not None else _dealt(batch, ctx, options)
+    count = (sum(len(group_sequences(ids, batch, options)) for ids in dealt)
+             if options.pack_tokens else sum(-(-len(ids) // options.micro_batch_size)
+                                             for ids in dealt))
+    check_chunk_count(count, "strategy.micro_batch_size", options.micro_batch_size,
+                      what="micro-batches", fix="use larger micro-batches (micro_batch_size or "
+                      "pack_tokens) or fewer sequences a global batch", stages=ctx.parallel.pp)
+
+
+def _dealt(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> list[list[int]]:
+    """Megatron's sampler hands each rank micro_batch_size consecutive samples a micro-step."""
+    return deal_replicas(batch, ctx.parallel.dp, options.micro_batch_size)
+
+
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:
     layout = Layout.of(ctx.parallel, ctx.model.num_layers)
     keep = keep_policy(ctx.parallel.recompute)
     chunks: list[Chunk] = []
     replicas: list[list[Chunk]] = []
-    # Megatron's sampler hands each rank micro_batch_size consecutive samples a micro-step
-    dealt = deal_replicas(batch, ctx.parallel.dp, options.micro_batch_size)
+    dealt = _dealt(batch, ctx, options)
+    check_batch(batch, ctx, options, dealt)
     for replica, seq_ids in enumerate(dealt):
         if options.micro_batch_size == 1 and not options.pack_tokens:  # a sequence a chunk
             mine = whole_sequences(seq_ids, batch, len(chunks), replica)

@@ -64,7 +64,7 @@ def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Any) -> None:
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (SeCO's and SpaCO's:
     their options' chunk_size)."""
     check_chunk_count(sum(-(-n // options.chunk_size) for n in batch), "strategy.chunk_size",
-                      options.chunk_size)
+                      options.chunk_size, stages=ctx.parallel.pp)
 
 
 def sequence_chunks(batch: tuple[int, ...], ctx: PlanContext, chunk_size: int

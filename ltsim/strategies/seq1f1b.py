@@ -76,10 +76,10 @@ def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> N
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS pieces (before any planning)."""
     if options.variant == "enhanced":  # at least a chunk per chunk_size tokens
         check_chunk_count(-(-sum(batch) // options.chunk_size), "strategy.chunk_size",
-                          options.chunk_size)
+                          options.chunk_size, stages=ctx.parallel.pp)
     else:  # a segment per split of every sequence (at most its tokens)
         check_chunk_count(sum(min(options.num_splits, n) for n in batch), "strategy.num_splits",
-                          options.num_splits)
+                          options.num_splits, stages=ctx.parallel.pp)
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ltsim.runner import run
 from ltsim.scenario import load_scenario
 from ltsim.sim.engine import Engine
@@ -43,3 +45,34 @@ def test_distinct_batches_are_each_simulated(monkeypatch):
     result = run(scenario, keep=False).result
     assert len(set(scenario.workload.sample(scenario.seed))) == 4
     assert len(calls) == 4 and len(result.batches) == 4
+
+
+
+@pytest.mark.parametrize("name, batch, options", [
+    ("megatron-1f1b", (1,) * 4096, {}),
+    ("chunkflow", (8192,), {"chunk_size": 2}),
+    ("seco", (8192,), {"chunk_size": 2}),
+    ("seq1f1b", (8192,), {"chunk_size": 2}),
+])
+def test_a_batch_of_too_many_chunks_times_stages_is_refused_before_planning(name, batch, options):
+    """A fuzzing review: 16,384 one-token micro-batches on 256 stages took 95 s and 15 GB. At
+    most MAX_CHUNK_STAGES chunks times stages: 4,096 chunks pass on 32 stages, not on 64."""
+    from ltsim.errors import ConfigError
+    from ltsim.model import get_model
+    from ltsim.parallel import ParallelConfig
+    from ltsim.costs import UnitCostModel
+    from ltsim.strategies import get_strategy
+    from ltsim.strategies.base import PlanContext
+    from ltsim.strategies.schedule import MAX_CHUNK_STAGES
+
+    assert MAX_CHUNK_STAGES == 32 * 4096
+    strategy = get_strategy(name)
+    parsed = strategy.parse(options)
+    model = get_model("qwen2.5-7b", num_layers=64)
+
+    def ctx(pp):
+        return PlanContext(model=model, parallel=ParallelConfig(pp=pp), cost=UnitCostModel())
+
+    strategy.check(batch, ctx(32), parsed)
+    with pytest.raises(ConfigError, match=r"'parallel\.pp' must be such that .* at most 131,072"):
+        strategy.check(batch, ctx(64), parsed)
