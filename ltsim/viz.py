@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 _FILL = {"F": 0.55, "R": 0.55, "W": 0.3, "B": 0.0}  # share of white mixed into the chunk's hue
 _HATCH = {"R": "////", "W": "...."}
 _MAX_LABELS = 1500  # text objects are slow to draw; a busier chart gets no labels
+_MAX_HATCHED = 20_000  # hatches and edges drawn per box: past this many, plain fills (see _draw_boxes)
 _DPI = 120
 _TIME_UNITS = {"s": (1.0, "s"), "ms": (1e3, "ms"), "us": (1e6, "µs"), "units": (1.0, "units")}
 
@@ -126,9 +127,11 @@ def _draw_boxes(ax: "Axes", events: list, rows: dict, hues: dict, factor: float,
         faces.append(face)
         edges.append(edge)
     width = 0.25 if thin_edges else 0.7
+    crowded = len(events) > _MAX_HATCHED
     for hatch, (verts, faces, edges) in groups.items():
         ax.add_collection(PolyCollection(verts, facecolors=faces, edgecolors=edges, linewidths=width,
-                                         hatch=hatch or None, zorder=2))
+                                         hatch=hatch or None, zorder=2) if not crowded else
+                          PolyCollection(verts, facecolors=faces, linewidths=0, zorder=2))
 
 
 def _draw_labels(ax: "Axes", events: list, rows: dict, factor: float, span: float) -> None:

@@ -77,6 +77,19 @@ def test_gantt_recompute_is_hatched_and_primed():
                       "COLL collective", "idle (bubble)"]
 
 
+def test_a_crowded_gantt_draws_plain_fills(monkeypatch):
+    """A fuzzing review: 295K boxes took 27 s to draw, most of it hatching and edges per box.
+    Past _MAX_HATCHED boxes they are plain fills (the legend still shows the kinds)."""
+    monkeypatch.setattr(viz, "_MAX_HATCHED", 10)  # the synthetic trace has 16 boxes
+    from matplotlib.collections import PolyCollection
+
+    ax = viz.plot_gantt(_synthetic_trace(), show_comm=True)
+    boxes = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert boxes and not any(c.get_hatch() for c in boxes)
+    assert all(list(c.get_linewidths()) == [0] for c in boxes)
+    assert "R recompute" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_gantt_draws_cp_exchanges_and_the_dp_reduction_on_their_own_rows(repo):
     """Ring CP traffic (cp stream) and the DP gradient reduction (coll stream) are events of their
     own, each drawn on a thin row under its device (shown by default when they take time)."""
