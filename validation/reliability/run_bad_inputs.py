@@ -112,6 +112,11 @@ _CASE = (f'[[case]]\nname = "c"\nbaseline = "{REPO}/scenarios/examples/chunkflow
 _GEMM = "m,n,k,dtype,time_s\n"
 _ATTENTION = (REPO / "profiles" / "cpu-ci" / "attention.csv").read_text()
 _META = (REPO / "profiles" / "cpu-ci" / "meta.json").read_text()
+_EAGER_LINES = (REPO / "profiles" / "cpu-ci" / "eager.csv").read_text().splitlines()
+_EAGER_HEADER = _EAGER_LINES[0].split(",")
+_EAGER_NAN = "\n".join(  # cpu-ci's eager.csv, its first row's context_tokens "nan"
+    line if i != 1 else ",".join("nan" if h == "context_tokens" else v for h, v in zip(
+        _EAGER_HEADER, line.split(","))) for i, line in enumerate(_EAGER_LINES)) + "\n"
 
 
 
@@ -678,6 +683,23 @@ CASES: tuple[Case, ...] = (
     Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
          (("p", Profile((("eager.csv", "model,op,layers,num_tokens,dtype,time_s\n"
                           "llama-tiny,F,1,16,fp32,0.002\nllama-tiny,FB,1,16,fp32,0.001\n"),))),)),
+    # -- a fuzzing review of about 6,500 commands (2026-11-29, a tenth session) ----------------
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "eager.csv",
+         (("p", Profile((("eager.csv", _EAGER_NAN),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM + "1e308,64,64,fp32,1e-6\n"),))),)),
+    Case("profile tables", f"simulate {TINY} --set hardware.profile={{tmp}}/p", "gemm.csv",
+         (("p", Profile((("gemm.csv", _GEMM.rstrip("\n") + "".join(f",x{i}" for i in range(
+             100_000)) + ",m\n"),))),)),
+    Case("length file", "workload describe {tmp}/wide.csv", "wide.csv",
+         (("wide.csv", ",".join([SECRET] * 100_000) + "\n"),)),
+    Case("model shape", f"validate {TINY} --profile cpu-ci --set model.tied_embeddings=true",
+         "model.tied_embeddings"),
+    Case("strategy options", "simulate scenarios/infinipipe/gpt-7b-64k-flexsp.toml --set "
+         "strategy.bucket_num=100000", "strategy.bucket_num"),
+    Case("layout", f"simulate {FIG2} --set workload.fixed_length=1 --set "
+         "workload.global_batch_size=16384 --set parallel.pp=256 --set hardware.gpus_per_node=256 "
+         "--set model.num_layers=256", "parallel.pp"),
 )
 
 
