@@ -158,8 +158,10 @@ def check_batch(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> N
     """Raise ConfigError for a batch cut into more than MAX_CHUNKS chunks (at least a chunk per
     chunk_size tokens of each sequence)."""
     size = options.chunk_size
-    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size,
-                      stages=ctx.parallel.pp)
+    check_chunk_count(sum(-(-n // size) for n in batch), "strategy.chunk_size", size)
+    # over the stages, the chunks it certainly makes: short sequences share chunks
+    check_chunk_count(-(-sum(batch) // size), "strategy.chunk_size", size, stages=ctx.parallel.pp,
+                      fix="use larger chunks (strategy.chunk_size)")
 
 
 def plan(batch: tuple[int, ...], ctx: PlanContext, options: Options) -> Plan:

@@ -37,23 +37,25 @@ _KEEP = {"none": Keep.ALL, "selective": Keep.SELECTIVE, "full": Keep.INPUT}
 # batch). The largest bundled batches have a few thousand (validation/perf's 1024-GPU cases:
 # 4,096 sequences; dp 32 x 256 micro-batches: 8,192).
 MAX_CHUNKS = 16_384
-# and as many chunk-stages as MAX_CHUNKS chunks at pp 8: 16,384 one-token micro-batches on 256
-# stages took 95 s and 15 GB (a fuzzing review)
-MAX_CHUNK_STAGES = 8 * MAX_CHUNKS
+# and at most a full batch of MAX_CHUNKS chunks on 32 stages: 16,384 one-token micro-batches on
+# 256 stages took 95 s and 15 GB (a fuzzing review), on 16 stages (dp 64) 5.6 s and 1.1 GB
+MAX_CHUNK_STAGES = 32 * MAX_CHUNKS
 
 
 def check_chunk_count(num_chunks: int, key: str, value: object, *, what: str = "chunks",
                       fix: str = "use larger chunks or shorter sequences", stages: int = 1) -> None:
     """Raise ConfigError when a batch would be cut into more than MAX_CHUNKS chunks (or pieces
     planned as chunks are: ``what``), or into more than MAX_CHUNK_STAGES chunks times the
-    pipeline's ``stages`` (each chunk's ops run on every stage)."""
+    pipeline's ``stages`` (each chunk's ops run on every stage). ``num_chunks`` is what a
+    batch certainly makes, never more (a strategy that packs counts its tokens' chunks)."""
     if num_chunks > MAX_CHUNKS:
         raise ConfigError(key, f"such that a batch has at most {MAX_CHUNKS:,} {what}", value, fix,
                           context=f"this batch would make {num_chunks:,}")
     if num_chunks * stages > MAX_CHUNK_STAGES:
         raise ConfigError("parallel.pp", f"such that the batch's {what} times the stages are at "
                           f"most {MAX_CHUNK_STAGES:,}", stages, f"use fewer stages, or {fix}",
-                          context=f"{num_chunks:,} {what} on each of {stages} stages")
+                          context=f"{num_chunks:,} {what} in all (over the replicas), each on "
+                          f"{stages} stages")
 
 
 def keep_policy(recompute: str) -> Keep:

@@ -7,6 +7,7 @@ import pytest
 from ltsim.runner import run
 from ltsim.scenario import load_scenario
 from ltsim.sim.engine import Engine
+from ltsim.strategies import get_strategy
 from tests.conftest import REPO
 
 FIG6 = REPO / "scenarios" / "examples" / "chunkflow-fig6-cs2-k1.toml"
@@ -48,31 +49,42 @@ def test_distinct_batches_are_each_simulated(monkeypatch):
 
 
 
-@pytest.mark.parametrize("name, batch, options", [
-    ("megatron-1f1b", (1,) * 4096, {}),
-    ("chunkflow", (8192,), {"chunk_size": 2}),
-    ("seco", (8192,), {"chunk_size": 2}),
-    ("seq1f1b", (8192,), {"chunk_size": 2}),
+@pytest.mark.parametrize("name, batch, options, dp", [
+    ("megatron-1f1b", (1,) * 16384, {}, 1),
+    ("megatron-1f1b", (1,) * 16384, {}, 4),
+    ("chunkflow", (32768,), {"chunk_size": 2}, 1),
+    ("seco", (32768,), {"chunk_size": 2}, 1),
+    ("seq1f1b", (32768,), {"chunk_size": 2}, 1),
 ])
-def test_a_batch_of_too_many_chunks_times_stages_is_refused_before_planning(name, batch, options):
+def test_a_batch_of_too_many_chunks_times_stages_is_refused_before_planning(name, batch, options,
+                                                                            dp):
     """A fuzzing review: 16,384 one-token micro-batches on 256 stages took 95 s and 15 GB. At
-    most MAX_CHUNK_STAGES chunks times stages: 4,096 chunks pass on 32 stages, not on 64."""
+    most MAX_CHUNK_STAGES chunks (over all replicas) times stages: 16,384 pass on 32 stages,
+    not on 64."""
     from ltsim.errors import ConfigError
-    from ltsim.model import get_model
-    from ltsim.parallel import ParallelConfig
-    from ltsim.costs import UnitCostModel
-    from ltsim.strategies import get_strategy
-    from ltsim.strategies.base import PlanContext
-    from ltsim.strategies.schedule import MAX_CHUNK_STAGES
 
-    assert MAX_CHUNK_STAGES == 32 * 4096
     strategy = get_strategy(name)
     parsed = strategy.parse(options)
-    model = get_model("qwen2.5-7b", num_layers=64)
+    strategy.check(batch, _ctx(32, dp), parsed)
+    with pytest.raises(ConfigError, match=r"'parallel\.pp' must be such that .* at most 524,288 "
+                       r"\(got 64\); 16,384 .* in all \(over the replicas\), each on 64 stages"):
+        strategy.check(batch, _ctx(64, dp), parsed)
 
-    def ctx(pp):
-        return PlanContext(model=model, parallel=ParallelConfig(pp=pp), cost=UnitCostModel())
 
-    strategy.check(batch, ctx(32), parsed)
-    with pytest.raises(ConfigError, match=r"'parallel\.pp' must be such that .* at most 131,072"):
-        strategy.check(batch, ctx(64), parsed)
+def test_chunkflow_counts_the_chunks_its_packing_certainly_makes():
+    """A commit review: ChunkFlow counted a chunk per short sequence, which its packing puts
+    several to a chunk, and refused 16,384 sequences of 16 tokens (32 chunks of 8,192) on 64
+    stages, with a fix that did not help."""
+    strategy = get_strategy("chunkflow")
+    plan = strategy.plan((16,) * 16384, _ctx(64, 1), strategy.parse({"chunk_size": 8192, "k": 1}))
+    assert len(plan.chunks) == 32
+
+
+def _ctx(pp, dp):
+    from ltsim.costs import UnitCostModel
+    from ltsim.model import get_model
+    from ltsim.parallel import ParallelConfig
+    from ltsim.strategies.base import PlanContext
+
+    return PlanContext(model=get_model("qwen2.5-7b", num_layers=64),
+                       parallel=ParallelConfig(pp=pp, dp=dp), cost=UnitCostModel())
