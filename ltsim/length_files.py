@@ -285,11 +285,17 @@ def _check_columns(count: int, path: str) -> None:
 
 
 def _header_fields(data: io.BytesIO) -> int:
-    """How many fields a CSV's first line holds (counted before pandas reads it)."""
+    """How many fields a CSV's header holds, counted before pandas reads it: its first line
+    that is not blank (pandas skips blank lines), lines ended by \\n, \\r\\n or \\r; 0 when
+    the csv module cannot read it (pandas then says what is wrong)."""
     import csv
 
-    line = data.getvalue().split(b"\n", 1)[0].decode("utf-8", errors="replace")
-    return len(next(csv.reader([line]), []))
+    text = io.StringIO(data.getvalue().decode("utf-8", errors="replace"), newline=None)
+    line = next((line for line in text if line.strip()), "")
+    try:
+        return len(next(csv.reader([line.rstrip("\n")]), []))
+    except csv.Error:
+        return 0
 
 
 def _read_table(path: str) -> Rows:

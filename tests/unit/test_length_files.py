@@ -107,6 +107,20 @@ def test_a_table_of_too_many_columns_is_refused_before_it_is_read(tmp_path: Path
     assert load_dataset(str(narrow)).num_tokens.tolist() == [5]
 
 
+def test_the_column_count_reads_the_header_as_pandas_does(tmp_path: Path) -> None:
+    """A commit review: the count split the first line at \\n only (a file of \\r line ends
+    was a csv.Error traceback, where pandas reads it) and took a blank first line for the
+    header (blank lines before a 2,001-column header let it through)."""
+    old_mac = tmp_path / "cr.csv"
+    old_mac.write_bytes(b"num_tokens\r100\r200\r")
+    assert load_dataset(str(old_mac)).num_tokens.tolist() == [100, 200]
+    wide = tmp_path / "blank-first.csv"
+    wide.write_text("\n\n" + ",".join(["num_tokens", *(f"c{i}" for i in range(2000))]) + "\n"
+                    + ",".join(["5"] * 2001) + "\n")
+    with pytest.raises(ConfigError, match=r"at most 1,024 columns .*it has 2,001"):
+        load_dataset(str(wide))
+
+
 @pytest.mark.parametrize("meta", [b'{"index_columns": ["SECRET"], "columns": []}',
                                   b'{"index_columns": [], "columns": [{"name": "num_tokens", '
                                   b'"field_name": "num_tokens", "pandas_type": "int64", '
