@@ -123,9 +123,10 @@ def _usable(row: dict[str, Any], overrides: dict[str, Any]) -> bool:
     then every metric, each a finite number of its range (the ratios within [0, 1], the rest not
     negative; MFU None with unit costs) and ``fits`` a bool. A row edited by hand otherwise is
     simulated again and replaced: its numbers would be printed and ranked as ltsim's. A point
-    that failed (an ``error`` row) is always tried again: its message is printed as this run's
-    (a fuzzing review had a store's edited text printed as the command's error), and a failure
-    is found again in milliseconds (it is the scenario's or the strategy's refusal)."""
+    that failed (an ``error`` row) is always tried again, so that its message is this run's (a
+    fuzzing review had a store's edited text printed as the command's error). Most failures are
+    the scenario's or the strategy's refusals, found again in milliseconds; an internal error or
+    a planner's late refusal costs its run again."""
     if point_key({k: row.get(k) for k in overrides}) != point_key(overrides):  # (as stored: a
         return False  # NaN or a TOML date in a grid compares by its text, and true is not 1)
     if "error" in row:

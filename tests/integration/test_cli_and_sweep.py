@@ -1029,7 +1029,7 @@ def test_an_sqlite_uri_as_the_store_is_refused_before_any_folder_is_made(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_point_whose_value_json_stores_as_text_is_read_back(tmp_path, capsys):
+def test_a_failed_point_of_a_toml_date_is_tried_again_and_the_other_read_back(tmp_path, capsys):
     """A TOML date in a grid is stored as its text; the stored row is the point's all the same
     (comparing the values themselves recomputed it on every resume: a review). The date is
     refused (a description is text), and a failed point is always tried again, so one of the

@@ -87,7 +87,11 @@ def test_a_crowded_gantt_draws_plain_fills(monkeypatch):
     boxes = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert boxes and not any(c.get_hatch() for c in boxes)
     assert all(list(c.get_linewidths()) == [0] for c in boxes)
-    assert "R recompute" in [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = ax.get_legend()
+    assert "R recompute" in [t.get_text() for t in legend.get_texts()]
+    patches = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert not any(h.get_hatch() for h in patches.values())  # the legend is drawn as the boxes
+    assert patches["R recompute"].get_facecolor() != patches["F forward"].get_facecolor()
 
 
 def test_gantt_draws_cp_exchanges_and_the_dp_reduction_on_their_own_rows(repo):
