@@ -60,7 +60,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     notes += _position_table_note(scenario.model, batches)
     seen: dict[tuple[int, ...], int] = {}  # a batch -> the index of its first simulation
     for index, batch in enumerate(batches):
-        again = seen.setdefault(batch, index)
+        again = seen.setdefault(tuple(batch), index)
         if again != index:  # the same batch again (fixed lengths sample it every time): the
             metrics.append(metrics[again])  # same plan and trace, simulated once
             if keep:
