@@ -28,12 +28,13 @@ import csv
 import functools
 import importlib.resources
 import math
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ltsim.errors import ConfigError, unusable_path
+from ltsim.errors import ConfigError, check_argument, unusable_path
 from ltsim.files import expand_user
 from ltsim.length_files import FILE_SUFFIXES, KEY, read_length_file
 
@@ -229,8 +230,13 @@ def dataset_names() -> tuple[str, ...]:
     return tuple(sorted(_BUILTINS))
 
 
-def load_dataset(dataset: str) -> LengthBins | LengthArray:
-    """A built-in name (case-insensitive) or a path to a length file. Raises ConfigError."""
+def load_dataset(dataset: str | os.PathLike) -> LengthBins | LengthArray:
+    """A built-in name (case-insensitive) or a path to a length file (text or a Path). Raises
+    ConfigError."""
+    if isinstance(dataset, os.PathLike) and isinstance(os.fspath(dataset), str):
+        dataset = os.fspath(dataset)  # (a Path was an AttributeError; a fuzzing review)
+    check_argument("dataset", dataset, str, "a dataset name or a length file's path",
+                   'e.g. "chunkflow-eval" or "lengths.txt"')
     builtin = _BUILTINS.get(dataset.strip().lower())
     if builtin is not None:
         return builtin()

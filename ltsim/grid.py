@@ -8,9 +8,10 @@ import itertools
 import json
 import math
 import shlex
+from collections import abc
 from typing import Any, Iterable
 
-from ltsim.errors import ConfigError, LtsimError, check_argument
+from ltsim.errors import ConfigError, LtsimError, TypeShown, check_argument
 from ltsim.overrides import apply_overrides, parse_override, strategy_option_names
 from ltsim.scenario import build_scenario, check_override_key
 
@@ -49,6 +50,9 @@ def expand_grid(specs: Iterable[str]) -> list[dict[str, Any]]:
     """
     if isinstance(specs, str):  # one key's spec, not a list of its characters
         specs = [specs]
+    if not isinstance(specs, abc.Iterable) or isinstance(specs, (bytes, dict)):  # (5: a TypeError)
+        raise ConfigError("--grid", "a list of section.key=v1,v2,... texts", TypeShown(specs),
+                          'e.g. ["strategy.k=1,2,4"]')
     axes: list[tuple[str, list[Any]]] = []
     for spec in specs:
         check_argument("--grid", spec, str, "section.key=v1,v2,... texts",

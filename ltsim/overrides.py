@@ -62,6 +62,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
         for text in overrides:
             check_argument("overrides", text, str, "section.key=value texts",
                            'e.g. ["parallel.pp=2"]')
+    else:
+        for key in overrides:  # (an int key was an AttributeError where it is split)
+            check_argument("overrides", key, str, "a dict keyed by key paths (text)",
+                           'e.g. {"parallel.pp": 2}')
     texts = not isinstance(overrides, dict)
     items = list(overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides))
     given = {key for key, _ in items}

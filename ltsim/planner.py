@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
-from ltsim.errors import ConfigError, LtsimError, check_argument
+from ltsim.errors import ConfigError, LtsimError, TypeShown, check_argument
 from ltsim.grid import METRICS, evaluate_point
 from ltsim.hardware import PRESETS
 from ltsim.overrides import apply_overrides
@@ -89,9 +89,23 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     recomputed because their inputs changed; ``on_reused(n, total)`` once, when n of the points
     come from the store unchanged.
     """
+    check_argument("scenario", scenario, Scenario, "a Scenario",
+                   "load the file first: ltsim.load_scenario(path)")
+    check_argument("points", points, (list, tuple), "a list of override dicts",
+                   'e.g. run_sweep(scenario, expand_grid(["strategy.k=1,2"]))')
     for point in points:  # a Python caller's (the command line's come from expand_grid)
         check_argument("points", point, dict, "override dicts (expand_grid gives them)",
                        'e.g. run_sweep(scenario, expand_grid(["strategy.k=1,2"]))')
+        for key in point:
+            check_argument("points", key, str, "dicts keyed by key paths (text)",
+                           'e.g. [{"strategy.k": 2}]')
+    for name, given in (("progress", progress), ("on_stale", on_stale), ("on_reused", on_reused)):
+        if given is not None and not callable(given):
+            raise ConfigError(name, "a function, or None", TypeShown(given),
+                              "pass a function or leave it out")
+    if store is not None:
+        check_argument("store", store, SweepStore, "a SweepStore, or None (ltsim's default file)",
+                       "e.g. SweepStore(\"out/sweep.sqlite\")")
     kind, arg = check_executor(executor)
     store = store or SweepStore()
     fp = fingerprint(scenario.raw)

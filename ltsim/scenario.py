@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.datasets import dataset_names
-from ltsim.errors import ConfigError, check_argument, check_one_line
+from ltsim.errors import ConfigError, TypeShown, check_argument, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD, LOSS_KERNELS
@@ -232,9 +232,10 @@ def _check_keys(raw: dict[str, Any]) -> None:
             _check_value(key, SCHEMA[""].get(key), value, SCHEMA[""])
 
 
-def _check_value(path: str, rule: str | None, value: Any, known: dict[str, str]) -> None:
+def _check_value(path: object, rule: str | None, value: Any, known: dict[str, str]) -> None:
     if rule is None:  # the key, not its value: a file pointed at by mistake is not echoed
-        raise ConfigError(path, f"a known key ({', '.join(sorted(known))})", path.rpartition(".")[2],
+        name = path.rpartition(".")[2] if isinstance(path, str) else TypeShown(path)
+        raise ConfigError(str(path), f"a known key ({', '.join(sorted(known))})", name,
                           "remove it or check the spelling")
     if not _CHECK[rule](value):
         raise ConfigError(path, rule, value)

@@ -10,7 +10,8 @@ headless and in parallel workers. Times are converted from seconds and bytes to 
 
 from __future__ import annotations
 
-from pathlib import Path
+import numbers
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ConfigError, check_argument
@@ -54,6 +55,8 @@ def _new_figure(width_in: float, height_in: float) -> "Figure":
 
 
 def _save(fig: "Figure", path: str | Path) -> Path:
+    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
+                   'e.g. "out/plot.png"')
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, out, dpi=_DPI, facecolor="white")
@@ -220,6 +223,7 @@ def plot_gantt(trace: "Trace", plan: "Plan | None" = None, *, ax: "Axes | None" 
     into boxes wide enough when there are at most 1500 ops; ``xlim_s`` fixes the time axis (seconds).
     Returns the Axes (on a new Agg-backed figure when ``ax`` is None). Raises ValueError on a bad unit.
     """
+    _check_drawn(trace, plan)
     n = max(1, trace.num_devices)
     if ax is None:
         ax = _new_figure(12, 1.4 + n * _row_height_in(n)).add_subplot()
@@ -259,6 +263,7 @@ def plot_memory(trace: "Trace", *, ax: "Axes | None" = None, limit_bytes: int | 
     Bytes are shown in GiB, MiB, KiB or bytes depending on the peak (tokens with ``time_unit``
     "units", the unit preset's). Returns the Axes.
     """
+    _check_drawn(trace, None, limit_bytes)
     n = max(1, trace.num_devices)
     if ax is None:
         ax = _new_figure(12, 3.2).add_subplot()
@@ -312,6 +317,18 @@ def _finish_memory_axes(ax: "Axes", n: int, span: float, time_unit: str, byte_un
         ax.get_figure().colorbar(mappable, ax=ax, label="device", pad=0.01, fraction=0.03)
 
 
+def _check_drawn(trace: Any, plan: Any, limit_bytes: Any = None) -> None:
+    """A plot's trace, plan and limit of the right types (None was an AttributeError inside)."""
+    from ltsim.plan import Plan
+    from ltsim.trace import Trace
+
+    check_argument("trace", trace, Trace, "a Trace (ltsim.run(scenario).traces[0])")
+    if plan is not None:
+        check_argument("plan", plan, Plan, "a Plan or None", "pass the trace's plan, or none")
+    if limit_bytes is not None:
+        check_argument("limit_bytes", limit_bytes, numbers.Real, "a number of bytes or None")
+
+
 def _unpack(sim_or_trace: Any) -> tuple["Trace", "Plan | None", Any]:
     """(first trace, its plan, the Result) from a Simulation, or (trace, None, None) from a Trace."""
     from ltsim.runner import Simulation
@@ -353,6 +370,9 @@ def plot_simulation(sim_or_trace: Any, path: str | Path, *, plan: "Plan | None" 
     bubble ratio) or a ``Trace``. Sized for 1..64 devices. Returns the written path.
     """
     trace, sim_plan, result = _unpack(sim_or_trace)
+    _check_drawn(trace, plan, limit_bytes)
+    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
+                   'e.g. "out/plot.png"')  # (before drawing)
     plan = plan or sim_plan
     if time_unit == "auto" and result is not None and result.unit_costs:
         time_unit = "units"  # the unit preset's times are units of work, not seconds

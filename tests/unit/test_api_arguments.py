@@ -37,6 +37,18 @@ def scenario():
     (lambda s: run_sweep(s, ["strategy.k=1"]), "points"),
     (lambda s: run_sweep(s, [{"strategy.k": 1}], executor=None), "--executor"),
     (lambda s: rank([None]), "rows"),
+    # a second fuzzing review (2026-11-29)
+    (lambda s: load_scenario(CPU, {1: 2}), "overrides"),
+    (lambda s: build_scenario({**s.raw, 1: 2}), "1"),
+    (lambda s: run_sweep(s, [{1: 1}]), "points"),
+    (lambda s: run_sweep(str(CPU), [{"strategy.k": 1}]), "scenario"),
+    (lambda s: run_sweep(s, (p for p in [{"strategy.k": 1}])), "points"),
+    (lambda s: run_sweep(s, [{"strategy.k": 1}], store="x.sqlite"), "store"),
+    (lambda s: run_sweep(s, [{"strategy.k": 1}], progress=5), "progress"),
+    (lambda s: expand_grid(5), "--grid"),
+    (lambda s: _describe(None), "dataset"),
+    (lambda s: _find_max_length(str(CPU)), "scenario"),
+    (lambda s: _find_max_length(s, max_length=4096, progress=3), "progress"),
 ])
 def test_a_wrong_argument_is_named(scenario, call, key):
     with pytest.raises(ConfigError) as caught:
@@ -113,3 +125,42 @@ def test_plot_arguments_of_the_wrong_kind_are_named(tmp_path, scenario):
         assert caught.value.key == key
     # one other key as text is that key (it was iterated as characters: KeyError 's')
     assert plot_line(frame, x="strategy.k", others="strategy.chunk_size", **common).is_file()
+
+
+def _describe(dataset):
+    from ltsim.workload import describe
+
+    return describe(dataset)
+
+
+def _find_max_length(scenario, **kwargs):
+    from ltsim.maxlen import find_max_length
+
+    return find_max_length(scenario, **kwargs)
+
+
+def test_a_length_file_given_as_a_path_is_described(tmp_path):
+    """A second fuzzing review: describe(Path(...)), the natural argument, was an
+    AttributeError (.strip of a Path)."""
+    from ltsim.workload import describe
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("100\n200\n")
+    assert describe(lengths).attrs["dataset"] == "l.txt"
+
+
+def test_plots_name_a_wrong_trace_plan_limit_or_path(tmp_path):
+    """A second fuzzing review: None as the trace or path, a number as the plan and text as the
+    limit were AttributeErrors and TypeErrors from inside (pathlib, matplotlib)."""
+    from ltsim import viz
+
+    sim = run(load_scenario(REPO / "scenarios" / "examples" / "chunkflow-fig6-cs2-k1.toml"))
+    for call, key in ((lambda: viz.plot_simulation(sim, None), "path"),
+                      (lambda: viz.plot_simulation(sim, b"x.png"), "path"),
+                      (lambda: viz.plot_simulation(sim, tmp_path / "a.png", plan=5), "plan"),
+                      (lambda: viz.plot_gantt(None), "trace"),
+                      (lambda: viz.plot_memory(None), "trace"),
+                      (lambda: viz.plot_memory(sim.traces[0], limit_bytes="x"), "limit_bytes")):
+        with pytest.raises(ConfigError, match=f"'{key}' must be"):
+            call()
+    assert not (tmp_path / "a.png").exists()
