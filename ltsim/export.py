@@ -40,7 +40,7 @@ import io
 from dataclasses import dataclass
 from typing import Callable
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, check_argument
 from ltsim.plan import Chunk, Op, OpKind, Plan
 
 _STEP_END = ("dp-grad", "dp-params")  # COLLs after the backwards: not in a torch schedule
@@ -128,6 +128,7 @@ def torch_pipelining(plan: Plan, *, replica: int = 0) -> PipelineSchedule:
 
     Raises ConfigError (key ``--format``) for a plan that format cannot express.
     """
+    check_argument("plan", plan, Plan, "a Plan (ltsim.run(scenario).plans[0])")
     plan = plan.expand()  # a mirrored replica (ltsim/mirrors.py) has its own ops written out
     devices = [d for d in plan.devices if d.replica == replica]
     num_replicas = 1 + max(d.replica for d in plan.devices)
@@ -166,7 +167,7 @@ FORMATS: dict[str, Callable[..., PipelineSchedule]] = {"torch-pipelining": torch
 
 def get_format(name: str) -> Callable[..., PipelineSchedule]:
     """The exporter called ``name`` (case-insensitive); ConfigError listing the formats if none."""
-    exporter = FORMATS.get(name.lower())
+    exporter = FORMATS.get(name.lower()) if isinstance(name, str) else None
     if exporter is None:
         raise ConfigError("--format", f"one of {', '.join(sorted(FORMATS))}", name)
     return exporter

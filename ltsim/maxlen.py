@@ -243,8 +243,9 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
                           f"give at most --max-length {MAX_LENGTH}")
     max_length -= max_length % step  # the search lands on multiples of the step
     cap_is_longest = False
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ConfigError("mode", f"one of {', '.join(MODES)}", mode,
+                          'e.g. mode="workload" (--workload)')
     if mode == "workload":
         if not scenario.workload.dataset:
             raise ConfigError("workload.dataset", "a length distribution (a dataset) for "
@@ -274,6 +275,9 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     for key in unused_options(get_strategy(scenario.strategy).parse(options), options):
         del options[key]  # (Seq1F1B's chunk_size under variant "original": not what ran)
     scenario, note = worst_draw(scenario)
+    if points is not None:  # (a list was an IndexError)
+        check_argument("points", points, dict, "a dict of length -> Point, or None",
+                       "pass the dict an earlier search filled in, or leave it out")
     points = {} if points is None else points
 
     def probe(length: int) -> Point:

@@ -51,6 +51,12 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     ``progress(done, total)`` is called after each batch; ``first``: the first batch's plan,
     already made (``first_plan``)."""
     _check_call(scenario, progress)
+    if cost is not None and not all(callable(getattr(cost, name, None)) for name in (
+            "compute_s", "comm_s", "comm_key")):  # (a number was an AttributeError in the engine)
+        raise ConfigError("cost", "a CostModel, or None (the scenario's)", TypeShown(cost),
+                          "pass make_cost_model(scenario), or leave it out")
+    if first is not None:
+        check_argument("first", first, Plan, "the first batch's Plan (first_plan), or None")
     cost = cost or make_cost_model(scenario)
     strategy, options, ctx, workload, notes = _planning(scenario, cost)
     engine = Engine(cost)

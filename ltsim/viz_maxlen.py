@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ltsim.errors import ConfigError, check_argument
 from ltsim.files import literal
 from ltsim.viz import _new_figure, _plain_frame, _save, short
 
@@ -24,9 +25,16 @@ def plot_maxlen(answers: list["MaxLength"], path: str | Path, *, title: str = ""
     import numpy as np
     from matplotlib import colormaps
 
-    from ltsim.maxlen import DEVICE_TERMS
+    from ltsim.maxlen import DEVICE_TERMS, MaxLength
     from ltsim.units import NO_LIMIT_BYTES
 
+    check_argument("answers", answers, (list, tuple), "a list of find_max_length's answers",
+                   "e.g. plot_maxlen([find_max_length(scenario)], path)")
+    if not answers:  # (matplotlib's "Number of columns must be a positive integer")
+        raise ConfigError("answers", "at least one answer", "none", "search a strategy first")
+    for answer in answers:
+        check_argument("answers", answer, MaxLength, "find_max_length's answers")
+    check_argument("title", title, str, "text")
     unit = "tokens" if answers and answers[0].unit_costs else "GiB"  # (the unit preset's memory)
     scale = 1 if unit == "tokens" else 2**30
     colors = colormaps["tab10"].colors

@@ -29,12 +29,13 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     none does, and the caption says so. Infeasible cells are hatched grey and labelled OOM, grid
     points without rows show a dash, and the best feasible cell (min, or max when not
     ``minimize``) is outlined in red, named with its other keys' values.
-    Returns the written path; raises KeyError on a missing column.
+    Returns the written path; raises ConfigError naming a missing column.
     """
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    others = _checked(frame, title, others)
+    others = _checked(frame, title, others, {"x": x, "y": y, "value": value,
+                                             "feasible": feasible}, "value")
     if x == y:
         raise ConfigError("y", f"another column than x ({x!r})", y, "pick two swept keys")
     frame = _best_rows(_comparable(frame, (x, y)), (x, y), value, feasible, minimize)
@@ -90,9 +91,12 @@ def _over(others: tuple[str, ...]) -> str:
     return f"each point: the best over {', '.join(others)}" if others else ""
 
 
-def _checked(frame: Any, title: Any, others: Any) -> tuple[str, ...]:
-    """A plot's arguments of the wrong type, named (they were pandas' or matplotlib's errors);
-    ``others`` as a tuple (one key as text is that key, not its characters)."""
+def _checked(frame: Any, title: Any, others: Any, columns: dict[str, Any],
+             value: str) -> tuple[str, ...]:
+    """A plot's arguments of the wrong type, named (they were pandas' or matplotlib's errors):
+    the frame, the title, ``columns`` (argument name -> column) that the frame must hold, and
+    the ``value`` column's numbers; ``others`` as a tuple (one key as text is that key, not its
+    characters)."""
     import pandas as pd
 
     check_argument("frame", frame, pd.DataFrame, "a DataFrame of a sweep's rows",
@@ -100,6 +104,13 @@ def _checked(frame: Any, title: Any, others: Any) -> tuple[str, ...]:
     check_argument("title", title, str, "text")
     others = (others,) if isinstance(others, str) else others
     check_argument("others", others, (tuple, list), "a tuple of column names")
+    for name, column in (*columns.items(), *(("others", c) for c in others)):
+        if column not in frame.columns:  # (a KeyError from pandas)
+            raise ConfigError(name, "a column of the frame", column,
+                              f"pick one of {', '.join(map(str, frame.columns))}")
+    if not pd.api.types.is_numeric_dtype(frame[columns[value]]):
+        raise ConfigError(value, "a column of numbers", columns[value],
+                          "plot a metric such as iteration_time_s")
     return tuple(others)
 
 
@@ -139,8 +150,9 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     row, over the ``others`` keys). Points that fit are joined by a line, points that do not are
     red crosses labelled OOM, and the best that fits is ringed, named with its other keys'
     values; ``label`` names the value axis (default: ``value``). Integer keys get a tick at each
-    value swept. Returns the written path; raises KeyError on a missing column."""
-    others = _checked(frame, title, others)
+    value swept. Returns the written path; raises ConfigError naming a missing column."""
+    others = _checked(frame, title, others, {"x": x, "value": value, "feasible": feasible},
+                      "value")
     frame = _best_rows(_comparable(frame, (x,)), (x,), value, feasible, minimize)
     grouped = frame.set_index(x)[[value, feasible]].rename(
         columns={value: "value", feasible: "ok"}).sort_index()

@@ -49,6 +49,12 @@ def scenario():
     (lambda s: _describe(None), "dataset"),
     (lambda s: _find_max_length(str(CPU)), "scenario"),
     (lambda s: _find_max_length(s, max_length=4096, progress=3), "progress"),
+    (lambda s: _find_max_length(s, mode="x"), "mode"),
+    (lambda s: _find_max_length(s, max_length=4096, points=[]), "points"),
+    (lambda s: run(s, cost=5), "cost"),
+    (lambda s: run(s, first=5), "first"),
+    (lambda s: _export("get_format", None), "--format"),
+    (lambda s: _export("torch_pipelining", None), "plan"),
 ])
 def test_a_wrong_argument_is_named(scenario, call, key):
     with pytest.raises(ConfigError) as caught:
@@ -164,3 +170,41 @@ def test_plots_name_a_wrong_trace_plan_limit_or_path(tmp_path):
         with pytest.raises(ConfigError, match=f"'{key}' must be"):
             call()
     assert not (tmp_path / "a.png").exists()
+
+
+def _export(name, argument):
+    import ltsim.export
+
+    return getattr(ltsim.export, name)(argument)
+
+
+def test_maxlen_and_sweep_plots_name_their_wrong_arguments(tmp_path):
+    """A second fuzzing review: plot_maxlen of no answers, None or text, and a title that is
+    not text, and sweep plots of a column the frame lacks or holds text in, were matplotlib's,
+    pandas' (KeyError) or Python's errors."""
+    import pandas as pd
+
+    from ltsim.maxlen import find_max_length
+    from ltsim.viz_maxlen import plot_maxlen
+    from ltsim.viz_sweep import plot_heatmap, plot_line
+
+    answer = find_max_length(load_scenario(REPO / "scenarios" / "examples"
+                                           / "chunkflow-fig6-cs2-k1.toml"), max_length=4096)
+    frame = pd.DataFrame({"k": [1, 2], "c": [1, 1], "t": [1.0, 2.0], "fits": [True, False],
+                          "text": ["a", "b"]})
+    path = tmp_path / "p.png"
+    for call, key in ((lambda: plot_maxlen([], path), "answers"),
+                      (lambda: plot_maxlen(None, path), "answers"),
+                      (lambda: plot_maxlen("x", path), "answers"),
+                      (lambda: plot_maxlen([answer], path, title=5), "title"),
+                      (lambda: plot_heatmap(frame, x="nope", y="c", value="t", feasible="fits",
+                                            path=path), "x"),
+                      (lambda: plot_heatmap(frame, x="k", y="c", value="t", feasible="nope",
+                                            path=path), "feasible"),
+                      (lambda: plot_heatmap(frame, x="k", y="c", value="text", feasible="fits",
+                                            path=path), "value"),
+                      (lambda: plot_line(frame, x="k", value="t", feasible="fits",
+                                         others=["nope"], path=path), "others")):
+        with pytest.raises(ConfigError, match=f"'{key}' must be"):
+            call()
+    assert plot_heatmap(frame, x="k", y="c", value="t", feasible="fits", path=path) == path
