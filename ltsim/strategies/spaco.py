@@ -103,6 +103,9 @@ def maxlen_options(options: Options) -> tuple[dict, str]:
     if options.sampling == "bernoulli":
         return ({**worst, "budget": EVERY_CHUNK},
                 'strategy.sampling = "worst" over every chunk (a Bernoulli draw can take them all)')
+    # the worst draw takes at least two chunks: budgets 1 and 2 search alike (so --strategies
+    # refuses the second as a repeat, rather than printing the same row twice: a fuzzing review)
+    worst["budget"] = max(options.budget, 2)
     return worst, "" if options.sampling == "worst" else 'strategy.sampling = "worst"'
 
 

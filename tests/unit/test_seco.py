@@ -157,7 +157,7 @@ def test_spaco_worst_draw_peaks_above_every_random_draw():
                                                                  "budget": budget, **options}))
             return plan, Engine(cost).run(plan).peak_memory_bytes()[0]
 
-        worst_plan, worst = peak(**maxlen_options(strategy.parse({}))[0])
+        worst_plan, worst = peak(**maxlen_options(strategy.parse({"budget": budget}))[0])
         ids = sorted(c.index for c in worst_plan.chunks)
         assert sorted(worst_plan.grad_chunks) == ids[-max(budget, 2):]
         if budget == 1:  # every draw there is: each chunk alone
@@ -193,3 +193,23 @@ def test_a_zero3_reduction_a_rank_sits_out_does_not_hold_its_first_gather():
                    if e.device == device and e.stream == "compute") == 0.0
     zero2 = unit_engine().run(spaco.plan(lengths, unit_ctx(dp=4, zero_stage=2), options))
     assert trace.makespan_s >= zero2.makespan_s
+
+
+def test_spaco_budgets_of_one_and_two_search_alike_in_maxlen():
+    """A second fuzzing review: `maxlen --strategies spaco:budget=1,spaco:budget=2` printed two
+    identical rows. The worst draw takes at least two chunks, so both budgets draw the same
+    chunks and search with the same options (the command line then refuses the repeat)."""
+    from ltsim.strategies import spaco
+
+    import dataclasses
+
+    searched = {b: dataclasses.replace(spaco.Options(budget=b),
+                                       **spaco.maxlen_options(spaco.Options(budget=b))[0])
+                for b in (1, 2)}
+    assert searched[1] == searched[2]
+    worst = searched
+    for k in range(1, 6):
+        ids = list(range(10, 10 + k))
+        assert spaco.select(ids, 0, worst[1]) == spaco.select(ids, 0, worst[2])
+        assert spaco.select(ids, 0, spaco.Options(budget=1, sampling="worst")) == \
+            spaco.select(ids, 0, spaco.Options(budget=2, sampling="worst"))
