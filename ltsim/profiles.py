@@ -181,7 +181,7 @@ class Profile:
 
     __slots__ = ("path", "meta", "attention_kernel", "_gemm", "_gemm_bwd", "_attention",
                  "_collectives", "_cache", "_range_notes", "_text_notes", "_recorders", "tables",
-                 "host_copies", "attention_dtypes", "_attention_by")
+                 "host_copies", "attention_dtypes", "_attention_by", "_attention_for")
 
     def __init__(self, directory: str | Path, *, attention_kernel: str | None = None) -> None:
         self.path = Path(directory)
@@ -205,6 +205,7 @@ class Profile:
         attention = attention.with_column("kernel", kernel).with_column(
             "causal", [_as_bool(c) for c in attention["causal"]])
         self._attention, self._attention_by, self.attention_dtypes = _attention_lookups(attention)
+        self._attention_for: dict[str, tuple[AttentionLookup, str]] = {}  # a dtype -> its lookup
         self._collectives = None if collectives is None else CollectiveLookup(
             collectives.rows("op", "group_size", "scope", "bytes", "time_s"))
         kernels = tuple(k for k in self._attention.kernels if not k.endswith(CONTEXT_SUFFIX))
@@ -275,6 +276,17 @@ class Profile:
         return self._cached(("gemm_bwd", m, n, k, use), lambda notes: (  # type: ignore[return-value]
             dgrad.time_s(m, n, k, use, notes), wgrad.time_s(m, n, k, use, notes)))
 
+    def _attention_lookup(self, dtype: str) -> tuple[AttentionLookup, str]:
+        """The lookup ``attention_time_s`` reads for ``dtype`` and its key in the cache (once
+        per dtype: every attention price asks): the rows of the dtype or its 16-bit stand-in,
+        else the first dtype's; all rows ("*") when those lack the kernel."""
+        use = stand_in(dtype, tuple(self._attention_by))
+        lookup = self._attention_by.get(use) or self._attention_by[min(self._attention_by)]
+        if self.attention_kernel not in lookup.kernels:
+            lookup, use = self._attention, "*"
+        self._attention_for[dtype] = lookup, use
+        return lookup, use
+
     def attention_time_s(self, q_tokens: int, kv_tokens: int, *, num_heads: int, num_kv_heads: int,
                          head_dim: int, causal: bool = True, pass_: str = "fwd",
                          dtype: str = "") -> float:
@@ -287,13 +299,11 @@ class Profile:
             raise ValueError(f"pass_ must be 'fwd' or 'bwd' (got {pass_!r})")
         if _least(q_tokens, kv_tokens, num_heads, head_dim, lookup="attention") <= 0:
             return 0.0
-        use = stand_in(dtype, tuple(self._attention_by))
-        lookup = self._attention_by.get(use) or self._attention_by[min(self._attention_by)]
         kernel = self.attention_kernel
-        if kernel not in lookup.kernels:  # timed in another dtype only: its rows of every dtype
+        lookup, use = self._attention_for.get(dtype) or self._attention_lookup(dtype)
+        if use == "*":  # timed in another dtype only: its rows of every dtype
             self.note(f"attention.csv has no {kernel} rows of {dtype or 'the model dtype'}: "
                       "that kernel's rows of the other dtypes are read")
-            lookup, use = self._attention, "*"
         key = ("attention", q_tokens, kv_tokens, num_heads, head_dim, bool(causal), pass_, use)
         if kv_tokens > q_tokens and kernel + CONTEXT_SUFFIX in lookup.kernels:
             kernel += CONTEXT_SUFFIX  # queries with earlier context ran the masked kernel
