@@ -14,10 +14,10 @@ import os
 import stat
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Iterator
 
-from ltsim.errors import ConfigError
+from ltsim.errors import ConfigError, check_argument
 
 WAITS = "it waits for data: a device, a pipe or a kernel file, not a file of text"
 BLOCK = 1 << 20
@@ -117,6 +117,14 @@ def literal(text: str) -> str:
     if not text.isascii():
         text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return text.replace("$", r"\$")
+
+
+def figure_path(path: object) -> Path:
+    """A plot's ``path`` argument as a Path; ConfigError naming it when it is not text or a
+    path (None or bytes were pathlib's TypeError)."""
+    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
+                   'e.g. "out/plot.png"')
+    return Path(path)
 
 
 def save_figure(fig, out: Path, **kwargs) -> None:

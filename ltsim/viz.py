@@ -11,11 +11,11 @@ headless and in parallel workers. Times are converted from seconds and bytes to 
 from __future__ import annotations
 
 import numbers
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ltsim.errors import ConfigError, check_argument
-from ltsim.files import literal, save_figure
+from ltsim.files import figure_path, literal, save_figure
 from ltsim.plan import STREAMS
 from ltsim.units import NO_LIMIT_BYTES
 
@@ -55,9 +55,7 @@ def _new_figure(width_in: float, height_in: float) -> "Figure":
 
 
 def _save(fig: "Figure", path: str | Path) -> Path:
-    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
-                   'e.g. "out/plot.png"')
-    out = Path(path)
+    out = figure_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, out, dpi=_DPI, facecolor="white")
     return out
@@ -371,8 +369,7 @@ def plot_simulation(sim_or_trace: Any, path: str | Path, *, plan: "Plan | None" 
     """
     trace, sim_plan, result = _unpack(sim_or_trace)
     _check_drawn(trace, plan, limit_bytes)
-    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
-                   'e.g. "out/plot.png"')  # (before drawing)
+    figure_path(path)  # (before drawing)
     plan = plan or sim_plan
     if time_unit == "auto" and result is not None and result.unit_costs:
         time_unit = "units"  # the unit preset's times are units of work, not seconds

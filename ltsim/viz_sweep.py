@@ -34,8 +34,7 @@ def plot_heatmap(frame: "pd.DataFrame", *, x: str, y: str, value: str, feasible:
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    others = _checked(frame, title, others, {"x": x, "y": y, "value": value,
-                                             "feasible": feasible}, "value")
+    others = _checked(frame, title, others, {"x": x, "y": y, "value": value, "feasible": feasible})
     if x == y:
         raise ConfigError("y", f"another column than x ({x!r})", y, "pick two swept keys")
     frame = _best_rows(_comparable(frame, (x, y)), (x, y), value, feasible, minimize)
@@ -91,11 +90,10 @@ def _over(others: tuple[str, ...]) -> str:
     return f"each point: the best over {', '.join(others)}" if others else ""
 
 
-def _checked(frame: Any, title: Any, others: Any, columns: dict[str, Any],
-             value: str) -> tuple[str, ...]:
+def _checked(frame: Any, title: Any, others: Any, columns: dict[str, Any]) -> tuple[str, ...]:
     """A plot's arguments of the wrong type, named (they were pandas' or matplotlib's errors):
-    the frame, the title, ``columns`` (argument name -> column) that the frame must hold, and
-    the ``value`` column's numbers; ``others`` as a tuple (one key as text is that key, not its
+    the frame, the title, ``columns`` (argument name -> column) that the frame must hold, the
+    "value" column of numbers; ``others`` as a tuple (one key as text is that key, not its
     characters)."""
     import pandas as pd
 
@@ -108,8 +106,8 @@ def _checked(frame: Any, title: Any, others: Any, columns: dict[str, Any],
         if column not in frame.columns:  # (a KeyError from pandas)
             raise ConfigError(name, "a column of the frame", column,
                               f"pick one of {', '.join(map(str, frame.columns))}")
-    if not pd.api.types.is_numeric_dtype(frame[columns[value]]):
-        raise ConfigError(value, "a column of numbers", columns[value],
+    if not pd.api.types.is_numeric_dtype(frame[columns["value"]]):
+        raise ConfigError("value", "a column of numbers", columns["value"],
                           "plot a metric such as iteration_time_s")
     return tuple(others)
 
@@ -151,8 +149,7 @@ def plot_line(frame: "pd.DataFrame", *, x: str, value: str, feasible: str, path:
     red crosses labelled OOM, and the best that fits is ringed, named with its other keys'
     values; ``label`` names the value axis (default: ``value``). Integer keys get a tick at each
     value swept. Returns the written path; raises ConfigError naming a missing column."""
-    others = _checked(frame, title, others, {"x": x, "value": value, "feasible": feasible},
-                      "value")
+    others = _checked(frame, title, others, {"x": x, "value": value, "feasible": feasible})
     frame = _best_rows(_comparable(frame, (x,)), (x,), value, feasible, minimize)
     grouped = frame.set_index(x)[[value, feasible]].rename(
         columns={value: "value", feasible: "ok"}).sort_index()

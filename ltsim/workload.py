@@ -17,15 +17,15 @@ summary) for any dataset; ``plot_histogram`` draws a log-x histogram (matplotlib
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ltsim.datasets import KIB_TOKENS, LengthArray, LengthBins, dataset_names, load_dataset
-from ltsim.errors import ConfigError, check_argument
+from ltsim.errors import ConfigError
 from ltsim.length_files import MAX_SEQUENCE_TOKENS
-from ltsim.files import save_figure
+from ltsim.files import figure_path, save_figure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -321,8 +321,6 @@ def plot_histogram(dataset: str, path: str | Path, *, max_length: int = 0, num_s
     handles = ax.get_legend_handles_labels()
     more = cdf.get_legend_handles_labels()
     ax.legend(handles[0] + more[0], handles[1] + more[1], loc="center right", fontsize=8)
-    check_argument("path", path, (str, PurePath), "a file path (text or a Path)",
-                   'e.g. "out/lengths.png"')
-    out = Path(path)
+    out = figure_path(path)
     save_figure(fig, out, dpi=120)
     return out
