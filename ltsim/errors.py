@@ -71,6 +71,14 @@ def check_argument(name: str, value: object, kinds: type | tuple[type, ...], rul
     raise ConfigError(name, rule, TypeShown(value), fix)
 
 
+def check_callable(name: str, value: object, rule: str) -> None:
+    """Raise ConfigError naming the Python argument ``name`` unless ``value`` is None or a
+    function (``rule``: what it is called with)."""
+    if value is not None and not callable(value):
+        raise ConfigError(name, f"{rule}, or None", TypeShown(value),
+                          "pass a function or leave it out")
+
+
 class TypeShown:
     """A value's type as a message shows it (``an int``), for an argument of the wrong type."""
 

@@ -43,10 +43,10 @@ import numpy as np
 
 from ltsim.costs import CostModel
 from ltsim.datasets import load_dataset
-from ltsim.errors import ConfigError, PlanError, TypeShown, check_argument
+from ltsim.errors import ConfigError, PlanError, check_argument
 from ltsim.plan import Buffer, Plan
 from ltsim.runner import make_cost_model, run
-from ltsim.scenario import Scenario, build_scenario
+from ltsim.scenario import Scenario, build_scenario, check_call
 from ltsim.sim.layerwise import layerwise_deferrals
 from ltsim.trace import Trace
 from ltsim.units import NO_LIMIT_BYTES
@@ -225,11 +225,7 @@ def find_max_length(scenario: Scenario, *, step: int = 1024, max_length: int = M
     """Bisection (module docstring). ``progress`` is called with every simulated point;
     ``points``: lengths already simulated for this scenario (filled in as a side effect), so
     that a search with ``max_length = step`` checks a strategy's first length for a later one."""
-    check_argument("scenario", scenario, Scenario, "a Scenario",
-                   "load the file first: ltsim.load_scenario(path)")
-    if progress is not None and not callable(progress):
-        raise ConfigError("progress", "a function of each simulated point, or None",
-                          TypeShown(progress), "pass a function or leave it out")
+    check_call(scenario, progress, "a function of each simulated point")
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ConfigError("--step", "a positive number of tokens", step)
     if step > MAX_LENGTH:

@@ -26,11 +26,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
-from ltsim.errors import ConfigError, LtsimError, TypeShown, check_argument
+from ltsim.errors import ConfigError, LtsimError, check_argument, check_callable
 from ltsim.grid import METRICS, evaluate_point
 from ltsim.hardware import PRESETS
 from ltsim.overrides import apply_overrides
-from ltsim.scenario import Scenario
+from ltsim.scenario import Scenario, check_call
 from ltsim.sweepstore import SweepStore, fingerprint, input_digest, point_key
 
 # HOST:PORT (tcp is implied), or any address with its own scheme (tls://, inproc://, ...)
@@ -89,8 +89,7 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
     recomputed because their inputs changed; ``on_reused(n, total)`` once, when n of the points
     come from the store unchanged.
     """
-    check_argument("scenario", scenario, Scenario, "a Scenario",
-                   "load the file first: ltsim.load_scenario(path)")
+    check_call(scenario, progress)
     check_argument("points", points, (list, tuple), "a list of override dicts",
                    'e.g. run_sweep(scenario, expand_grid(["strategy.k=1,2"]))')
     for point in points:  # a Python caller's (the command line's come from expand_grid)
@@ -99,10 +98,8 @@ def run_sweep(scenario: Scenario, points: list[dict[str, Any]], *, executor: str
         for key in point:
             check_argument("points", key, str, "dicts keyed by key paths (text)",
                            'e.g. [{"strategy.k": 2}]')
-    for name, given in (("progress", progress), ("on_stale", on_stale), ("on_reused", on_reused)):
-        if given is not None and not callable(given):
-            raise ConfigError(name, "a function, or None", TypeShown(given),
-                              "pass a function or leave it out")
+    check_callable("on_stale", on_stale, "a function of the count")
+    check_callable("on_reused", on_reused, "a function of (reused, total)")
     if store is not None:
         check_argument("store", store, SweepStore, "a SweepStore, or None (ltsim's default file)",
                        "e.g. SweepStore(\"out/sweep.sqlite\")")

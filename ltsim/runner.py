@@ -10,7 +10,7 @@ from ltsim.errors import ConfigError, ProfileError, TypeShown, check_argument
 from ltsim.gcpause import paused
 from ltsim.mirrors import expand_trace
 from ltsim.plan import Plan
-from ltsim.scenario import Scenario
+from ltsim.scenario import Scenario, check_call
 from ltsim.sim.engine import Engine
 from ltsim.sim.metrics import Result, batch_metrics
 from ltsim.trace import Trace
@@ -50,7 +50,7 @@ def run(scenario: Scenario, *, keep: bool = True, cost: CostModel | None = None,
     mirrored DP replica written out (ltsim/mirrors.py: the simulation replays each once).
     ``progress(done, total)`` is called after each batch; ``first``: the first batch's plan,
     already made (``first_plan``)."""
-    _check_call(scenario, progress)
+    check_call(scenario, progress)
     if cost is not None and not all(callable(getattr(cost, name, None)) for name in (
             "compute_s", "comm_s", "comm_key")):  # (a number was an AttributeError in the engine)
         raise ConfigError("cost", "a CostModel, or None (the scenario's)", TypeShown(cost),
@@ -107,15 +107,6 @@ def _above_peak(result: Result) -> str:
             f"{result.peak_flops_per_s / 1e12:.3g} TFLOP/s per GPU (the preset's; on a CPU, the "
             "profile's fastest GEMM); check that the profile's time_s columns are in seconds "
             "and that hardware.preset is the device the profile measured")
-
-
-def _check_call(scenario: Any, progress: Any) -> None:
-    """A Python caller's arguments (a path where the Scenario goes was an AttributeError)."""
-    check_argument("scenario", scenario, Scenario, "a Scenario",
-                   "load the file first: ltsim.load_scenario(path)")
-    if progress is not None and not callable(progress):
-        raise ConfigError("progress", "a function of (done, total), or None",
-                          TypeShown(progress), "pass a function or leave it out")
 
 
 def _planning(scenario: Scenario, cost: CostModel) -> tuple[Any, Any, PlanContext, Any, list[str]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsim.datasets import dataset_names
-from ltsim.errors import ConfigError, TypeShown, check_argument, check_one_line
+from ltsim.errors import ConfigError, TypeShown, check_argument, check_callable, check_one_line
 from ltsim.files import NotRegularFile, read_input
 from ltsim.hardware import ClusterSpec, get_device
 from ltsim.memory import ALLOCATOR_OVERHEAD, LOSS_KERNELS
@@ -448,3 +448,11 @@ def _check_profile(name: str) -> None:
     if not has_meta:  # named as given, not as resolved ("." is the folder of every profile)
         raise ConfigError("hardware.profile", "a profile directory (one with a meta.json)", name,
                           fix, context="the folder it names has no meta.json")
+
+
+def check_call(scenario: Any, progress: Any, rule: str = "a function of (done, total)") -> None:
+    """A Python caller's scenario and progress callback (a path where the Scenario goes was an
+    AttributeError inside run, run_sweep and find_max_length)."""
+    check_argument("scenario", scenario, Scenario, "a Scenario",
+                   "load the file first: ltsim.load_scenario(path)")
+    check_callable("progress", progress, rule)
